@@ -1,0 +1,191 @@
+package e2e
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// newClusterAgents prepares n clustered agents named node-1..node-n on
+// 127.0.0.1..127.0.0.n, each joining all the others.
+func newClusterAgents(t testing.TB, n int, config string, waitForSize int) []*agent {
+	t.Helper()
+	nodes := make([]*agent, n)
+	for i := range nodes {
+		nodes[i] = newAgent(t, agentSpec{
+			name:        fmt.Sprintf("node-%d", i+1),
+			ip:          fmt.Sprintf("127.0.0.%d", i+1),
+			config:      config,
+			cluster:     true,
+			waitForSize: waitForSize,
+		})
+	}
+	for _, a := range nodes {
+		for _, b := range nodes {
+			if a != b {
+				a.join = append(a.join, b.gossipAddr)
+			}
+		}
+	}
+	return nodes
+}
+
+// startCluster starts the agents one after the other (each once its HTTP
+// server answers, so that it can join the ones before it) and waits until
+// all are ready.
+func startCluster(t testing.TB, nodes []*agent) {
+	t.Helper()
+	for _, a := range nodes {
+		a.start()
+		a.waitHTTP(startTimeout)
+	}
+	for _, a := range nodes {
+		a.waitReady(startTimeout)
+	}
+}
+
+// ownership maps each target's instance to the name of the node scraping it.
+type ownership map[string]string
+
+// snapshotOwnership reads every node's active targets and checks they form
+// a partition of want: every target active on exactly one node, with a
+// successful scrape, and every node seeing all the others as participants.
+func snapshotOwnership(nodes []*agent, want []*target) (ownership, error) {
+	names := make([]string, len(nodes))
+	for i, a := range nodes {
+		names[i] = a.spec.name
+	}
+	slices.Sort(names)
+	owners := ownership{}
+	var problems []string
+	for _, a := range nodes {
+		if err := a.exitedEarly(); err != nil {
+			return nil, err
+		}
+		pr, err := a.peers()
+		if err != nil {
+			return nil, err
+		}
+		var participants []string
+		for _, p := range pr.Data.Peers {
+			if p.State == "participant" {
+				participants = append(participants, p.Name)
+			}
+		}
+		slices.Sort(participants)
+		if !slices.Equal(participants, names) {
+			problems = append(problems, fmt.Sprintf("%s sees participants %v, want %v", a.spec.name, participants, names))
+		}
+		active, err := a.activeTargets()
+		if err != nil {
+			return nil, err
+		}
+		for inst, at := range active {
+			if prev, dup := owners[inst]; dup {
+				problems = append(problems, fmt.Sprintf("%s active on both %s and %s", inst, prev, a.spec.name))
+			}
+			owners[inst] = a.spec.name
+			if at.Health != "up" {
+				problems = append(problems, fmt.Sprintf("%s on %s has health %q (%s)", inst, a.spec.name, at.Health, at.LastError))
+			}
+		}
+	}
+	wantSet := map[string]bool{}
+	for _, tg := range want {
+		wantSet[tg.addr] = true
+		if _, ok := owners[tg.addr]; !ok {
+			problems = append(problems, fmt.Sprintf("%s scraped by nobody", tg.addr))
+		}
+	}
+	for inst := range owners {
+		if !wantSet[inst] {
+			problems = append(problems, fmt.Sprintf("unexpected active target %s", inst))
+		}
+	}
+	if len(problems) > 0 {
+		if len(problems) > 8 {
+			problems = append(problems[:8], fmt.Sprintf("... and %d more", len(problems)-8))
+		}
+		return owners, fmt.Errorf("not converged: %s", strings.Join(problems, "; "))
+	}
+	return owners, nil
+}
+
+// waitConverged polls until snapshotOwnership succeeds and returns the
+// ownership it saw.
+func waitConverged(t testing.TB, nodes []*agent, want []*target) ownership {
+	t.Helper()
+	var owners ownership
+	start := time.Now()
+	eventually(t, convergeTimeout, "cluster converged", func() error {
+		var err error
+		owners, err = snapshotOwnership(nodes, want)
+		return err
+	})
+	t.Logf("converged after %v: %s", time.Since(start).Round(time.Millisecond), owners.summary())
+	return owners
+}
+
+func (o ownership) summary() string {
+	counts := map[string]int{}
+	for _, n := range o {
+		counts[n]++
+	}
+	parts := make([]string, 0, len(counts))
+	for _, n := range sortedKeys(counts) {
+		parts = append(parts, fmt.Sprintf("%s=%d", n, counts[n]))
+	}
+	return strings.Join(parts, " ")
+}
+
+// targetsOf returns the instances owned by node, sorted.
+func (o ownership) targetsOf(node string) []string {
+	var out []string
+	for inst, n := range o {
+		if n == node {
+			out = append(out, inst)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// waitServed waits until every target has served at least n scrapes after t0.
+func waitServed(t testing.TB, targets []*target, t0 time.Time, n int, timeout time.Duration) {
+	t.Helper()
+	eventually(t, timeout, fmt.Sprintf("every target scraped %d times after %s", n, t0.Format("15:04:05.000")), func() error {
+		for _, tg := range targets {
+			if got := tg.servedBetween(t0, time.Now().Add(time.Hour)); got < n {
+				return fmt.Errorf("%s scraped %d times", tg.addr, got)
+			}
+		}
+		return nil
+	})
+}
+
+// waitReceiverCaughtUp waits until the receiver holds, for every target, an
+// `up` sample at or after t0.
+func waitReceiverCaughtUp(t testing.TB, tr *testReceiver, targets []*target, t0 time.Time) {
+	t.Helper()
+	eventually(t, convergeTimeout, "receiver has every target's samples up to "+t0.Format("15:04:05.000"), func() error {
+		ss, err := tr.seriesOf("up")
+		if err != nil {
+			return err
+		}
+		latest := map[string]int64{}
+		for _, s := range ss {
+			if n := len(s.samples); n > 0 {
+				inst := s.labels.Get("instance")
+				latest[inst] = max(latest[inst], s.samples[n-1].T)
+			}
+		}
+		for _, tg := range targets {
+			if latest[tg.addr] < t0.UnixMilli() {
+				return fmt.Errorf("latest up sample of %s is at %s", tg.addr, msTime(latest[tg.addr]))
+			}
+		}
+		return nil
+	})
+}

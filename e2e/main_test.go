@@ -1,0 +1,79 @@
+// Package e2e holds multi-process end-to-end tests: they build the real shoal
+// binary once and run it as separate processes against real HTTP targets and
+// a real remote-write receiver (internal/receiver, a Prometheus TSDB) living
+// in the test process.
+//
+// The suite is skipped with -short. Set SHOAL_E2E_RACE=1 to build the binary
+// with the race detector.
+package e2e
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// shoalBin is the path of the binary built by TestMain; empty with -short.
+var shoalBin string
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		os.Exit(m.Run())
+	}
+	dir, err := os.MkdirTemp("", "shoal-e2e-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		os.Exit(1)
+	}
+	bin, err := buildShoal(dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: building shoal:", err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	shoalBin = bin
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// buildShoal runs `go build -o <dir>/shoal ./cmd/shoal` from the module root.
+func buildShoal(dir string) (string, error) {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		goBin = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
+	}
+	gomod, err := exec.Command(goBin, "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	root := filepath.Dir(strings.TrimSpace(string(gomod)))
+	bin := filepath.Join(dir, "shoal")
+	args := []string{"build", "-o", bin}
+	if os.Getenv("SHOAL_E2E_RACE") == "1" {
+		args = append(args, "-race")
+	}
+	args = append(args, "./cmd/shoal")
+	cmd := exec.Command(goBin, args...)
+	cmd.Dir = root
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("%w\n%s", err, out.String())
+	}
+	return bin, nil
+}
+
+// needBinary skips the test under -short, where TestMain builds nothing.
+func needBinary(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("end-to-end test: skipped with -short")
+	}
+}
