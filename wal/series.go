@@ -1,0 +1,217 @@
+package wal
+
+import (
+	"math"
+	"sync"
+	"unique"
+
+	"github.com/prometheus/prometheus/model/exemplar"
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/model/metadata"
+	"github.com/prometheus/prometheus/tsdb/chunks"
+)
+
+// memSeries is what the WAL remembers about one series.
+type memSeries struct {
+	ref  chunks.HeadSeriesRef
+	lset labels.Labels
+	hash uint64
+
+	// logged is true once a series record for ref is in the WAL. Guarded by
+	// Storage.commitMu (not mu): whoever commits the first sample writes it.
+	logged bool
+
+	mu sync.Mutex
+	// lastTs is the newest committed sample timestamp (math.MinInt64: none).
+	lastTs int64
+	// lastV is the value of the float sample at lastTs, to tell a harmless
+	// repeat from a conflicting duplicate.
+	lastV     uint64
+	lastFloat bool
+	// touched is the wall-clock time (ms) of the last commit with a sample of
+	// this series, or of its creation; series GC compares against it.
+	touched int64
+	// pending counts the uncommitted appends that refer to this series. GC
+	// never removes a series with pending > 0, so a commit never refers to a
+	// forgotten series.
+	pending int32
+	// dead is set by GC when the series is forgotten; a dead series is never
+	// used again (a new one is created for the same labels).
+	dead bool
+	// meta is the last metadata written for the series (zero: none).
+	meta unique.Handle[metadata.Metadata]
+	// lastExemplar is used to drop repeated exemplars (nil: none yet).
+	lastExemplar *exemplar.Exemplar
+}
+
+func newMemSeries(ref chunks.HeadSeriesRef, lset labels.Labels, hash uint64, touched int64) *memSeries {
+	return &memSeries{ref: ref, lset: lset, hash: hash, lastTs: math.MinInt64, touched: touched}
+}
+
+// stripeSeries indexes series by labels hash and by ref, each striped to
+// keep many scrape loops from contending on one lock.
+//
+// Lock order: a stripe lock may be held while taking a series' mu, never
+// the other way round, and never two stripe locks at once.
+type stripeSeries struct {
+	mask   uint64
+	hashes []hashStripe
+	refs   []refStripe
+}
+
+type hashStripe struct {
+	sync.RWMutex
+	m map[uint64][]*memSeries // several entries only on hash collisions
+	_ [32]byte                // keep neighbouring stripes off one cache line
+}
+
+type refStripe struct {
+	sync.RWMutex
+	m map[chunks.HeadSeriesRef]*memSeries
+	_ [32]byte
+}
+
+const stripeCount = 4096 // power of two
+
+func newStripeSeries() *stripeSeries {
+	s := &stripeSeries{
+		mask:   stripeCount - 1,
+		hashes: make([]hashStripe, stripeCount),
+		refs:   make([]refStripe, stripeCount),
+	}
+	for i := range s.hashes {
+		s.hashes[i].m = map[uint64][]*memSeries{}
+		s.refs[i].m = map[chunks.HeadSeriesRef]*memSeries{}
+	}
+	return s
+}
+
+// getByRef returns the series with ref, dead or alive, or nil.
+func (s *stripeSeries) getByRef(ref chunks.HeadSeriesRef) *memSeries {
+	st := &s.refs[uint64(ref)&s.mask]
+	st.RLock()
+	ms := st.m[ref]
+	st.RUnlock()
+	return ms
+}
+
+// getByLabels returns the live series with these labels, or nil.
+func (s *stripeSeries) getByLabels(hash uint64, lset labels.Labels) *memSeries {
+	st := &s.hashes[hash&s.mask]
+	st.RLock()
+	defer st.RUnlock()
+	for _, ms := range st.m[hash] {
+		if labels.Equal(ms.lset, lset) && !ms.isDead() {
+			return ms
+		}
+	}
+	return nil
+}
+
+func (ms *memSeries) isDead() bool {
+	ms.mu.Lock()
+	d := ms.dead
+	ms.mu.Unlock()
+	return d
+}
+
+// getOrSet returns the live series with the labels of ms, or inserts ms and
+// returns it. created tells which.
+func (s *stripeSeries) getOrSet(ms *memSeries) (_ *memSeries, created bool) {
+	st := &s.hashes[ms.hash&s.mask]
+	st.Lock()
+	for _, o := range st.m[ms.hash] {
+		if labels.Equal(o.lset, ms.lset) && !o.isDead() {
+			st.Unlock()
+			return o, false
+		}
+	}
+	st.m[ms.hash] = append(st.m[ms.hash], ms)
+	st.Unlock()
+
+	rs := &s.refs[uint64(ms.ref)&s.mask]
+	rs.Lock()
+	rs.m[ms.ref] = ms
+	rs.Unlock()
+	return ms, true
+}
+
+// replaceByLabels makes ms the series for its labels in place of old
+// (replay only: a newer ref for the same labels). old stays reachable by
+// its ref until the caller removes it.
+func (s *stripeSeries) replaceByLabels(old, ms *memSeries) {
+	st := &s.hashes[ms.hash&s.mask]
+	st.Lock()
+	list := st.m[ms.hash]
+	for i, o := range list {
+		if o == old {
+			list[i] = ms
+			break
+		}
+	}
+	st.Unlock()
+	rs := &s.refs[uint64(ms.ref)&s.mask]
+	rs.Lock()
+	rs.m[ms.ref] = ms
+	rs.Unlock()
+}
+
+// deleteRef removes ref from the ref index (replay only).
+func (s *stripeSeries) deleteRef(ref chunks.HeadSeriesRef) {
+	rs := &s.refs[uint64(ref)&s.mask]
+	rs.Lock()
+	delete(rs.m, ref)
+	rs.Unlock()
+}
+
+// gc marks dead and removes every series that is not pending and was last
+// touched before cutoff, and returns them.
+func (s *stripeSeries) gc(cutoff int64) []*memSeries {
+	var victims []*memSeries
+	for i := range s.refs {
+		rs := &s.refs[i]
+		rs.Lock()
+		for ref, ms := range rs.m {
+			ms.mu.Lock()
+			if ms.pending == 0 && ms.touched < cutoff {
+				ms.dead = true
+				victims = append(victims, ms)
+				delete(rs.m, ref)
+			}
+			ms.mu.Unlock()
+		}
+		rs.Unlock()
+	}
+	for _, ms := range victims {
+		st := &s.hashes[ms.hash&s.mask]
+		st.Lock()
+		list := st.m[ms.hash]
+		for i, o := range list {
+			if o == ms {
+				list = append(list[:i], list[i+1:]...)
+				break
+			}
+		}
+		if len(list) == 0 {
+			delete(st.m, ms.hash)
+		} else {
+			st.m[ms.hash] = list
+		}
+		st.Unlock()
+	}
+	return victims
+}
+
+// forEach calls f for every live series.
+func (s *stripeSeries) forEach(f func(*memSeries)) {
+	for i := range s.hashes {
+		st := &s.hashes[i]
+		st.RLock()
+		for _, list := range st.m {
+			for _, ms := range list {
+				f(ms)
+			}
+		}
+		st.RUnlock()
+	}
+}
