@@ -1,0 +1,653 @@
+package scrape
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/promslog"
+	"github.com/prometheus/prometheus/config"
+	"github.com/prometheus/prometheus/discovery/targetgroup"
+	"github.com/prometheus/prometheus/model/labels"
+	promscrape "github.com/prometheus/prometheus/scrape"
+
+	"github.com/shoal-dev/shoal/ring"
+)
+
+// Defaults for FilterOptions.
+const (
+	DefaultHandoffDelay = 2 * time.Second
+	DefaultRingCoalesce = 100 * time.Millisecond
+)
+
+// Drop reasons reported in TargetInfo.DropReason. A target that is not owned
+// because another node owns it reports "owned by <node>[, <node>...]"; an
+// invalid target (no address, bad interval label, ...) reports
+// "invalid target: <error>".
+const (
+	ReasonRelabelled     = "relabelled away"
+	ReasonNotParticipant = "not a participant"
+	ReasonWaitingHandoff = "waiting for hand-off"
+	ReasonNoOwner        = "no participant owns it"
+	reasonOwnedByPrefix  = "owned by "
+	reasonInvalidPrefix  = "invalid target: "
+)
+
+// FilterOptions configures a Filter. The zero value is usable: every zero
+// field takes the documented default.
+type FilterOptions struct {
+	// HandoffDelay is how long a target that a ring change moved to this node
+	// is held back, so that its previous owner has stopped it and flushed its
+	// last samples first. 0 means DefaultHandoffDelay (2s); a negative value
+	// disables the delay. Brand-new targets and targets nobody else owned are
+	// never delayed.
+	HandoffDelay time.Duration
+
+	// RingCoalesce is how long the Filter waits after a SetRing call before
+	// re-filtering, so that a burst of membership changes (a rollout, several
+	// peers joining) costs one re-filter and one scrape-manager reload. The
+	// window starts at the first call of a burst and is not extended by later
+	// ones. 0 means DefaultRingCoalesce (100ms); a negative value re-filters
+	// at once.
+	RingCoalesce time.Duration
+}
+
+func (o FilterOptions) withDefaults() FilterOptions {
+	switch {
+	case o.HandoffDelay == 0:
+		o.HandoffDelay = DefaultHandoffDelay
+	case o.HandoffDelay < 0:
+		o.HandoffDelay = 0
+	}
+	switch {
+	case o.RingCoalesce == 0:
+		o.RingCoalesce = DefaultRingCoalesce
+	case o.RingCoalesce < 0:
+		o.RingCoalesce = 0
+	}
+	return o
+}
+
+// ScrapeManager is the part of *promscrape.Manager the Filter uses for
+// hand-off. It may be nil, in which case moved targets keep their staleness
+// markers.
+type ScrapeManager interface {
+	DisableEndOfRunStalenessMarkers(job string, targets []*promscrape.Target)
+	TargetsActive() map[string][]*promscrape.Target
+}
+
+// TargetInfo describes one discovered target and its ownership, for the
+// status page and the targets APIs.
+type TargetInfo struct {
+	Job       string
+	ScrapeURL string // empty when the target was relabelled away or is invalid
+	Key       uint64 // 0 when ScrapeURL is empty
+	// Labels are the final target labels after relabelling (empty when
+	// dropped); DiscoveredLabels are the labels before relabelling.
+	Labels           labels.Labels
+	DiscoveredLabels labels.Labels
+	// Owners are the nodes that own the key under the current ring, primary
+	// first; just this node when clustering is disabled.
+	Owners []string
+	// Owned reports whether this node scrapes the target now.
+	Owned bool
+	// DropReason says why this node does not scrape it: "" when Owned, else
+	// one of the Reason* values, "owned by <nodes>" or "invalid target: <err>".
+	DropReason string
+}
+
+// Filter passes on the discovered targets this node owns. Create it with
+// NewFilter, then call ApplyConfig and SetRing (when clustering is enabled)
+// before or while Run runs. All methods are safe for concurrent use.
+type Filter struct {
+	opts    FilterOptions
+	mgr     ScrapeManager
+	logger  *slog.Logger
+	metrics *metrics
+
+	ringSignal chan struct{} // SetRing was called; capacity 1 coalesces
+	cfgSignal  chan struct{} // ApplyConfig was called
+
+	mu      sync.Mutex
+	cfgs    map[string]*config.ScrapeConfig
+	jobs    map[string]*jobState
+	latest  ringState // as last given to SetRing
+	applied ringState // as used by the last re-filter
+	// owned are the keys passed on to the scrape manager; waiting are keys
+	// gained by a ring change and held back until the given time; known are
+	// the keys of every valid discovered target at the last re-filter.
+	owned     map[uint64]struct{}
+	waiting   map[uint64]time.Time
+	known     map[uint64]struct{}
+	refilters int  // for tests: how many re-filters ran
+	resend    bool // the job set changed: send even if no target moved
+}
+
+type ringState struct {
+	ring        *ring.Ring
+	self        string
+	rf          int
+	participant bool
+}
+
+// owners returns the owners of key under s, appended to buf[:0].
+func (s ringState) owners(key uint64, buf []string) []string {
+	if s.ring == nil {
+		return append(buf[:0], s.self)
+	}
+	return s.ring.Owners(key, s.rf, buf)
+}
+
+// owns reports whether s.self scrapes key under s.
+func (s ringState) owns(key uint64, buf []string) bool {
+	if !s.participant {
+		return false
+	}
+	if s.ring == nil {
+		return true
+	}
+	return slices.Contains(s.ring.Owners(key, s.rf, buf), s.self)
+}
+
+// ownedByOther reports whether some node other than s.self owned key under
+// s, i.e. whether someone may still be scraping it.
+func (s ringState) ownedByOther(key uint64, buf []string) bool {
+	if s.ring == nil {
+		return false
+	}
+	for _, o := range s.ring.Owners(key, s.rf, buf) {
+		if o != s.self {
+			return true
+		}
+	}
+	return false
+}
+
+type jobState struct {
+	groups  []*targetgroup.Group
+	entries []entry
+	dirty   bool // entries must be recomputed from groups and config
+}
+
+// entry is one discovered target, in group order.
+type entry struct {
+	group, index int
+	key          uint64
+	url          string
+	labels       labels.Labels // final labels; empty when dropped
+	reason       string        // non-empty when the target has no key
+}
+
+// NewFilter returns a Filter that hands moved targets off through mgr
+// (which may be nil) and registers its metrics on reg (which may be nil).
+// Until SetRing is called the Filter behaves as if clustering were disabled
+// and owns every target: call SetRing with participant=false first if the
+// node must not scrape before it has joined.
+func NewFilter(opts FilterOptions, mgr ScrapeManager, logger *slog.Logger, reg prometheus.Registerer) *Filter {
+	if logger == nil {
+		logger = promslog.NewNopLogger()
+	}
+	f := &Filter{
+		opts:       opts.withDefaults(),
+		mgr:        mgr,
+		logger:     logger,
+		metrics:    newMetrics(reg, logger),
+		ringSignal: make(chan struct{}, 1),
+		cfgSignal:  make(chan struct{}, 1),
+		cfgs:       map[string]*config.ScrapeConfig{},
+		jobs:       map[string]*jobState{},
+		latest:     ringState{rf: 1, participant: true},
+		owned:      map[uint64]struct{}{},
+		waiting:    map[uint64]time.Time{},
+		known:      map[uint64]struct{}{},
+	}
+	f.applied = f.latest
+	f.metrics.setRing(f.applied)
+	return f
+}
+
+// ApplyConfig takes the scrape configs by job name. Targets of jobs that are
+// no longer configured are forgotten; jobs whose config changed get their
+// keys recomputed. The scrape manager must be given the same config.
+func (f *Filter) ApplyConfig(cfg *config.Config) error {
+	if cfg == nil {
+		return errors.New("scrape filter: nil config")
+	}
+	scfgs, err := cfg.GetScrapeConfigs()
+	if err != nil {
+		return fmt.Errorf("scrape filter: %w", err)
+	}
+	cfgs := make(map[string]*config.ScrapeConfig, len(scfgs))
+	for _, sc := range scfgs {
+		cfgs[sc.JobName] = sc
+	}
+
+	f.mu.Lock()
+	for job, js := range f.jobs {
+		newCfg, ok := cfgs[job]
+		if !ok {
+			delete(f.jobs, job)
+			f.metrics.forgetJob(job)
+			continue
+		}
+		if old := f.cfgs[job]; old == nil || !reflect.DeepEqual(old, newCfg) {
+			js.dirty = true
+		}
+	}
+	f.cfgs = cfgs
+	f.resend = true
+	f.mu.Unlock()
+
+	select {
+	case f.cfgSignal <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// SetRing sets the ring and this node's place in it. When participant is
+// false (a viewer that is not ready yet, or a node that is terminating) the
+// node owns nothing at all. Otherwise a nil ring means clustering is disabled
+// and the node owns every target, and a non-nil ring gives it the targets
+// whose first replicationFactor owners include self. Calls are coalesced: Run re-filters once
+// per FilterOptions.RingCoalesce with the latest values.
+func (f *Filter) SetRing(r *ring.Ring, self string, replicationFactor int, participant bool) {
+	if replicationFactor < 1 {
+		replicationFactor = 1
+	}
+	f.mu.Lock()
+	f.latest = ringState{ring: r, self: self, rf: replicationFactor, participant: participant}
+	f.mu.Unlock()
+	select {
+	case f.ringSignal <- struct{}{}:
+	default:
+	}
+}
+
+// Run reads discovery updates from in and writes the owned targets to out
+// until ctx is done or in is closed; it returns nil then. Each update maps job
+// names to all of that job's target groups; jobs missing from an update keep
+// their previous groups. Every output holds every configured job that has
+// been discovered, with the same group Sources and Labels and only the owned
+// targets, possibly none. Run never blocks discovery: while out is not being
+// read, newer results replace the unsent one. Run does not close out.
+func (f *Filter) Run(ctx context.Context, in <-chan map[string][]*targetgroup.Group, out chan<- map[string][]*targetgroup.Group) error {
+	var (
+		unsent     map[string][]*targetgroup.Group
+		coalesce   *time.Timer
+		coalesceC  <-chan time.Time
+		handoff    *time.Timer
+		handoffC   <-chan time.Time
+		refiltered = func() {
+			res, changed, next := f.refilter(time.Now())
+			if changed {
+				unsent = res
+			}
+			if handoff != nil {
+				handoff.Stop()
+				handoff, handoffC = nil, nil
+			}
+			if !next.IsZero() {
+				handoff = time.NewTimer(time.Until(next))
+				handoffC = handoff.C
+			}
+		}
+	)
+	defer func() {
+		if coalesce != nil {
+			coalesce.Stop()
+		}
+		if handoff != nil {
+			handoff.Stop()
+		}
+	}()
+
+	for {
+		var sendC chan<- map[string][]*targetgroup.Group
+		if unsent != nil {
+			sendC = out
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case update, ok := <-in:
+			if !ok {
+				return nil
+			}
+			f.merge(update)
+			refiltered()
+		case <-f.cfgSignal:
+			refiltered()
+		case <-f.ringSignal:
+			if coalesceC == nil {
+				coalesce = time.NewTimer(f.opts.RingCoalesce)
+				coalesceC = coalesce.C
+			}
+		case <-coalesceC:
+			coalesce, coalesceC = nil, nil
+			refiltered()
+		case <-handoffC:
+			handoff, handoffC = nil, nil
+			refiltered()
+		case sendC <- unsent:
+			unsent = nil
+		}
+	}
+}
+
+// merge stores the latest groups of every job in update.
+func (f *Filter) merge(update map[string][]*targetgroup.Group) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for job, groups := range update {
+		js := f.jobs[job]
+		if js == nil {
+			js = &jobState{}
+			f.jobs[job] = js
+		}
+		js.groups = groups
+		js.dirty = true
+	}
+}
+
+// computeEntries runs relabelling for every target of a job.
+func computeEntries(js *jobState, cfg *config.ScrapeConfig, lb *labels.Builder) (invalid int, firstErr error) {
+	n := 0
+	for _, g := range js.groups {
+		if g != nil {
+			n += len(g.Targets)
+		}
+	}
+	entries := make([]entry, 0, n)
+	for gi, g := range js.groups {
+		if g == nil {
+			continue
+		}
+		for ti, tl := range g.Targets {
+			e := entry{group: gi, index: ti}
+			key, u, final, err := KeyFor(lb, cfg, tl, g.Labels)
+			switch {
+			case errors.Is(err, ErrDropped):
+				e.reason = ReasonRelabelled
+			case err != nil:
+				e.reason = reasonInvalidPrefix + err.Error()
+				invalid++
+				if firstErr == nil {
+					firstErr = fmt.Errorf("group %q target %d: %w", g.Source, ti, err)
+				}
+			default:
+				e.key, e.url, e.labels = key, u, final
+			}
+			entries = append(entries, e)
+		}
+	}
+	js.entries = entries
+	js.dirty = false
+	return invalid, firstErr
+}
+
+// refilter recomputes ownership at time now. It returns the groups to pass
+// on, whether they differ from the last ones, and when the next held-back
+// target becomes due (zero if none). Targets that moved away are handed off
+// to the scrape manager before it returns.
+func (f *Filter) refilter(now time.Time) (out map[string][]*targetgroup.Group, changed bool, next time.Time) {
+	f.mu.Lock()
+	f.refilters++
+	prev, cur := f.applied, f.latest
+	ringChanged := prev != cur
+	changed = f.resend
+	f.resend = false
+	lb := labels.NewBuilder(labels.EmptyLabels())
+	for job, js := range f.jobs {
+		cfg := f.cfgs[job]
+		if cfg == nil || !js.dirty {
+			continue
+		}
+		changed = true
+		if invalid, err := computeEntries(js, cfg, lb); invalid > 0 {
+			f.logger.Warn("Dropping invalid targets", "job", job, "count", invalid, "first_err", err)
+		}
+	}
+
+	var (
+		buf        = make([]string, 0, max(cur.rf, prev.rf))
+		known      = make(map[uint64]struct{}, len(f.known))
+		owned      = make(map[uint64]struct{}, len(f.owned))
+		waiting    = map[uint64]time.Time{}
+		movedIn    int
+		ownedByJob = map[string]int{}
+	)
+	out = make(map[string][]*targetgroup.Group, len(f.jobs))
+	for job, js := range f.jobs {
+		if f.cfgs[job] == nil {
+			continue
+		}
+		discovered := 0
+		for _, g := range js.groups {
+			if g != nil {
+				discovered += len(g.Targets)
+			}
+		}
+		f.metrics.discovered.WithLabelValues(job).Set(float64(discovered))
+
+		filtered := make([]*targetgroup.Group, len(js.groups))
+		for gi, g := range js.groups {
+			if g == nil {
+				filtered[gi] = &targetgroup.Group{}
+				continue
+			}
+			filtered[gi] = &targetgroup.Group{Source: g.Source, Labels: g.Labels}
+		}
+		for _, e := range js.entries {
+			if e.reason != "" {
+				continue
+			}
+			_, seen := known[e.key]
+			known[e.key] = struct{}{}
+			active := false
+			if seen {
+				_, active = owned[e.key]
+			} else if cur.owns(e.key, buf) {
+				_, wasOwned := f.owned[e.key]
+				due, wasWaiting := f.waiting[e.key]
+				_, wasKnown := f.known[e.key]
+				switch {
+				case wasOwned:
+					active = true
+				case wasWaiting && !now.Before(due):
+					active = true
+					movedIn++
+				case wasWaiting:
+					waiting[e.key] = due
+				case wasKnown && f.opts.HandoffDelay > 0 && prev.ownedByOther(e.key, buf):
+					// Someone else was scraping it: give them time to stop.
+					waiting[e.key] = now.Add(f.opts.HandoffDelay)
+				default:
+					// Brand new, or nobody else had it.
+					active = true
+					if wasKnown {
+						movedIn++
+					}
+				}
+				if active {
+					owned[e.key] = struct{}{}
+					ownedByJob[job]++
+				}
+			}
+			if active {
+				g := filtered[e.group]
+				g.Targets = append(g.Targets, js.groups[e.group].Targets[e.index])
+			}
+		}
+		out[job] = filtered
+		f.metrics.owned.WithLabelValues(job).Set(float64(ownedByJob[job]))
+	}
+
+	// Targets we scraped and that are still discovered but no longer ours
+	// are hand-offs; the rest simply went away.
+	var handoff map[uint64]struct{}
+	for k := range f.owned {
+		if _, still := owned[k]; still {
+			continue
+		}
+		changed = true
+		if _, ok := known[k]; ok {
+			if handoff == nil {
+				handoff = map[uint64]struct{}{}
+			}
+			handoff[k] = struct{}{}
+		}
+	}
+	if movedIn > 0 || len(owned) != len(f.owned) {
+		changed = true
+	}
+	for _, due := range waiting {
+		if next.IsZero() || due.Before(next) {
+			next = due
+		}
+	}
+	f.owned, f.waiting, f.known, f.applied = owned, waiting, known, cur
+	mgr := f.mgr
+	f.mu.Unlock()
+
+	if ringChanged {
+		f.metrics.setRing(cur)
+	}
+
+	if len(handoff) > 0 && mgr != nil {
+		f.disableStaleness(mgr, handoff)
+	}
+	f.metrics.movedIn.Add(float64(movedIn))
+	f.metrics.movedOut.Add(float64(len(handoff)))
+	if movedIn > 0 || len(handoff) > 0 {
+		f.logger.Info("Ring change moved targets",
+			"moved_in", movedIn, "moved_out", len(handoff), "waiting_for_handoff", len(waiting),
+			"owned", len(owned), "discovered", len(known), "ring_nodes", cur.ring.Len(),
+			"participant", cur.participant)
+	} else if len(waiting) > 0 && ringChanged {
+		f.logger.Info("Ring change: holding gained targets back for hand-off",
+			"waiting_for_handoff", len(waiting), "delay", f.opts.HandoffDelay)
+	}
+	return out, changed, next
+}
+
+// disableStaleness finds the running scrape targets with the given keys and
+// tells the scrape manager not to write end-of-run staleness markers for
+// them: their new owner continues the series.
+func (f *Filter) disableStaleness(mgr ScrapeManager, keys map[uint64]struct{}) {
+	for job, targets := range mgr.TargetsActive() {
+		var moved []*promscrape.Target
+		for _, t := range targets {
+			if _, ok := keys[TargetKey(job, t.URL())]; ok {
+				moved = append(moved, t)
+			}
+		}
+		if len(moved) > 0 {
+			mgr.DisableEndOfRunStalenessMarkers(job, moved)
+			f.logger.Debug("Handing off targets without staleness markers", "job", job, "count", len(moved))
+		}
+	}
+}
+
+// Targets returns every discovered target of every configured job with its
+// ownership as of the last re-filter, sorted by job, scrape URL and labels.
+func (f *Filter) Targets() []TargetInfo {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var (
+		res []TargetInfo
+		lb  = labels.NewBuilder(labels.EmptyLabels())
+		s   = f.applied
+	)
+	for job, js := range f.jobs {
+		cfg := f.cfgs[job]
+		if cfg == nil || js.dirty {
+			// Not filtered yet: reported once Run has caught up.
+			continue
+		}
+		for _, e := range js.entries {
+			g := js.groups[e.group]
+			promscrape.PopulateDiscoveredLabels(lb, cfg, g.Targets[e.index], g.Labels)
+			ti := TargetInfo{
+				Job:              job,
+				ScrapeURL:        e.url,
+				Key:              e.key,
+				Labels:           e.labels,
+				DiscoveredLabels: lb.Labels(),
+			}
+			if e.reason != "" {
+				ti.DropReason = e.reason
+				res = append(res, ti)
+				continue
+			}
+			ti.Owners = s.owners(e.key, nil)
+			_, ti.Owned = f.owned[e.key]
+			_, waiting := f.waiting[e.key]
+			switch {
+			case ti.Owned:
+			case waiting:
+				ti.DropReason = ReasonWaitingHandoff
+			case !s.participant:
+				ti.DropReason = ReasonNotParticipant
+			case len(ti.Owners) == 0:
+				ti.DropReason = ReasonNoOwner
+			default:
+				ti.DropReason = reasonOwnedByPrefix + strings.Join(ti.Owners, ", ")
+			}
+			res = append(res, ti)
+		}
+	}
+	slices.SortStableFunc(res, func(a, b TargetInfo) int {
+		return cmp.Or(
+			strings.Compare(a.Job, b.Job),
+			strings.Compare(a.ScrapeURL, b.ScrapeURL),
+			labels.Compare(a.Labels, b.Labels),
+			labels.Compare(a.DiscoveredLabels, b.DiscoveredLabels),
+		)
+	})
+	return res
+}
+
+// OwnedCounts returns, for every node on the current ring, how many distinct
+// discovered targets it owns (counting replicas: with a replication factor
+// of 2 every target counts for two nodes). With clustering disabled the
+// local node owns everything.
+func (f *Filter) OwnedCounts() map[string]int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	counts := map[string]int{}
+	if f.applied.ring != nil {
+		for _, n := range f.applied.ring.Nodes() {
+			counts[n] = 0
+		}
+	}
+	buf := make([]string, 0, f.applied.rf)
+	for k := range f.known {
+		for _, o := range f.applied.owners(k, buf) {
+			counts[o]++
+		}
+	}
+	return counts
+}
+
+// OwnedCount returns how many distinct discovered targets node owns under
+// the current ring; see OwnedCounts.
+func (f *Filter) OwnedCount(node string) int {
+	return f.OwnedCounts()[node]
+}
+
+// Owned returns how many targets this node passes on to its scrape manager
+// now.
+func (f *Filter) Owned() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.owned)
+}

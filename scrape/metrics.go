@@ -1,0 +1,76 @@
+package scrape
+
+import (
+	"errors"
+	"log/slog"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type metrics struct {
+	discovered *prometheus.GaugeVec
+	owned      *prometheus.GaugeVec
+	movedIn    prometheus.Counter
+	movedOut   prometheus.Counter
+	ringTokens prometheus.Gauge
+	ownership  prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer, logger *slog.Logger) *metrics {
+	moved := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "shoal_targets_moved_total",
+		Help: "Targets this node gained (in) or handed off (out) because the ring or its participation changed.",
+	}, []string{"direction"})
+	m := &metrics{
+		discovered: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "shoal_targets_discovered",
+			Help: "Targets discovered per job, before relabelling and ownership.",
+		}, []string{"job"}),
+		owned: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "shoal_targets_owned",
+			Help: "Targets per job that this node owns and scrapes.",
+		}, []string{"job"}),
+		movedIn:  moved.WithLabelValues("in"),
+		movedOut: moved.WithLabelValues("out"),
+		ringTokens: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "shoal_ring_tokens",
+			Help: "Tokens on the hash ring this node uses (participants × tokens per node); 0 when clustering is disabled.",
+		}),
+		ownership: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "shoal_ring_ownership_ratio",
+			Help: "Share of the key space this node owns, counting replicas (about replication factor / participants).",
+		}),
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.discovered, m.owned, moved, m.ringTokens, m.ownership} {
+			if err := reg.Register(c); err != nil {
+				// A second Filter on the same registry is a wiring bug, not a
+				// reason to crash: keep counting, unexported.
+				var are prometheus.AlreadyRegisteredError
+				if !errors.As(err, &are) {
+					logger.Error("Cannot register scrape filter metric", "err", err)
+				} else {
+					logger.Warn("Scrape filter metric already registered", "err", err)
+				}
+			}
+		}
+	}
+	return m
+}
+
+func (m *metrics) setRing(s ringState) {
+	m.ringTokens.Set(float64(s.ring.Tokens()))
+	switch {
+	case !s.participant:
+		m.ownership.Set(0)
+	case s.ring == nil:
+		m.ownership.Set(1)
+	default:
+		m.ownership.Set(s.ring.ReplicaShare(s.self, s.rf))
+	}
+}
+
+func (m *metrics) forgetJob(job string) {
+	m.discovered.DeleteLabelValues(job)
+	m.owned.DeleteLabelValues(job)
+}
