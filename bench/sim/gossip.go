@@ -1,0 +1,207 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/shoal-dev/shoal/cluster"
+)
+
+// Gossip is how long membership news takes to reach every node of an
+// in-process cluster on loopback with memberlist's default LAN timings
+// (what shoal runs with).
+type Gossip struct {
+	Nodes int
+	// Join: from starting N-1 nodes that all join node 0 until every node
+	// sees all N members.
+	Join time.Duration
+	// Participants: from every node turning participant at once until every
+	// node sees N participants (the ring is then complete everywhere).
+	Participants time.Duration
+	// StateChange: one node changes state (participant to terminating, as on
+	// SIGTERM) until every other node sees it: peers drop it from the ring.
+	StateChange time.Duration
+	// Leave: a graceful leave until no other node lists the leaver.
+	Leave time.Duration
+	// Crash: a node stops without leaving until every other node has
+	// declared it dead (memberlist's failure detection).
+	Crash time.Duration
+}
+
+// pollUntil polls cond every 5ms until it holds or timeout passes, and
+// returns the time it took.
+func pollUntil(timeout time.Duration, what string, cond func() bool) (time.Duration, error) {
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) > timeout {
+			return 0, fmt.Errorf("%s: not converged after %v", what, timeout)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return time.Since(start), nil
+}
+
+func seen(nodes []*cluster.Node, pred func([]cluster.Peer) bool) bool {
+	for _, n := range nodes {
+		if !pred(n.Peers()) {
+			return false
+		}
+	}
+	return true
+}
+
+func countState(ps []cluster.Peer, s cluster.State) int {
+	c := 0
+	for _, p := range ps {
+		if p.State == s {
+			c++
+		}
+	}
+	return c
+}
+
+func has(ps []cluster.Peer, name string) bool {
+	for _, p := range ps {
+		if p.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// GossipConvergence runs one cluster of n nodes on 127.0.0.1 and measures
+// the Gossip timings. Every wait is bounded by timeout.
+func GossipConvergence(ctx context.Context, n int, timeout time.Duration) (Gossip, error) {
+	g := Gossip{Nodes: n}
+	if n < 3 {
+		return g, fmt.Errorf("need at least 3 nodes, got %d", n)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	logger := slog.New(slog.DiscardHandler)
+	nodes := make([]*cluster.Node, n)
+	defer func() {
+		var wg sync.WaitGroup
+		for _, nd := range nodes {
+			if nd != nil {
+				wg.Go(func() { _ = nd.Shutdown() })
+			}
+		}
+		wg.Wait()
+	}()
+	newNode := func(i int, join []string) (*cluster.Node, error) {
+		cfg := cluster.DefaultConfig()
+		cfg.NodeName = fmt.Sprintf("shoal-%d", i)
+		cfg.ListenAddr = "127.0.0.1:0"
+		cfg.Join = join
+		return cluster.New(cfg, logger, nil)
+	}
+	var err error
+	if nodes[0], err = newNode(0, nil); err != nil {
+		return g, err
+	}
+	if err := nodes[0].Start(ctx); err != nil {
+		return g, err
+	}
+	seed := []string{nodes[0].Self().Addr}
+
+	start := time.Now()
+	errs := make(chan error, n)
+	var wg sync.WaitGroup
+	for i := 1; i < n; i++ {
+		wg.Go(func() {
+			nd, err := newNode(i, seed)
+			if err == nil {
+				nodes[i] = nd
+				err = nd.Start(ctx)
+			}
+			if err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		return g, err
+	}
+	if _, err := pollUntil(timeout, "join", func() bool {
+		return seen(nodes, func(ps []cluster.Peer) bool { return len(ps) == n })
+	}); err != nil {
+		return g, err
+	}
+	g.Join = time.Since(start)
+
+	start = time.Now()
+	for _, nd := range nodes {
+		wg.Go(func() { _ = nd.SetState(cluster.Participant) })
+	}
+	if _, err := pollUntil(timeout, "participants", func() bool {
+		return seen(nodes, func(ps []cluster.Peer) bool { return countState(ps, cluster.Participant) == n })
+	}); err != nil {
+		return g, err
+	}
+	g.Participants = time.Since(start)
+	wg.Wait()
+
+	// One node turns terminating and then leaves gracefully.
+	leaver := nodes[n-1]
+	others := nodes[:n-1]
+	start = time.Now()
+	wg.Go(func() { _ = leaver.SetState(cluster.Terminating) })
+	if g.StateChange, err = pollUntil(timeout, "state change", func() bool {
+		return seen(others, func(ps []cluster.Peer) bool { return countState(ps, cluster.Terminating) == 1 })
+	}); err != nil {
+		return g, err
+	}
+	wg.Wait()
+	start = time.Now()
+	if err := leaver.Leave(5 * time.Second); err != nil {
+		return g, err
+	}
+	_ = leaver.Shutdown()
+	if _, err := pollUntil(timeout, "leave", func() bool {
+		return seen(others, func(ps []cluster.Peer) bool { return !has(ps, "shoal-"+fmt.Sprint(n-1)) })
+	}); err != nil {
+		return g, err
+	}
+	g.Leave = time.Since(start)
+
+	// Another node crashes: no leave message, failure detection finds it.
+	crashed := others[len(others)-1]
+	crashedName := crashed.Self().Name
+	survivors := others[:len(others)-1]
+	_ = crashed.Shutdown()
+	if g.Crash, err = pollUntil(timeout, "crash detection", func() bool {
+		return seen(survivors, func(ps []cluster.Peer) bool { return !has(ps, crashedName) })
+	}); err != nil {
+		return g, err
+	}
+	return g, nil
+}
+
+// GossipReport runs GossipConvergence for each size and returns Markdown.
+func GossipReport(ctx context.Context, sizes []int, timeout time.Duration) (string, error) {
+	var b []byte
+	b = append(b, "In-process nodes of package `cluster` on 127.0.0.1 with memberlist's default LAN timings (gossip every 200ms to 3 peers, probe every 1s), the ones shoal uses. "+
+		"Times are from the event until **every** node has seen it.\n\n"...)
+	b = append(b, "| nodes | join (N-1 nodes join one seed) | all turn participant | one node terminating | graceful leave | crash detected |\n|---:|---:|---:|---:|---:|---:|\n"...)
+	for _, n := range sizes {
+		g, err := GossipConvergence(ctx, n, timeout)
+		if err != nil {
+			return string(b), fmt.Errorf("%d nodes: %w", n, err)
+		}
+		b = fmt.Appendf(b, "| %d | %s | %s | %s | %s | %s |\n", n, round(g.Join), round(g.Participants), round(g.StateChange), round(g.Leave), round(g.Crash))
+	}
+	return string(b), nil
+}
+
+func round(d time.Duration) string {
+	if d < time.Second {
+		return d.Round(time.Millisecond).String()
+	}
+	return d.Round(10 * time.Millisecond).String()
+}
