@@ -80,7 +80,8 @@ func (a *appender) Append(ref storage.SeriesRef, ls labels.Labels, st, t int64, 
 
 	ms.mu.Lock()
 	if t <= ms.lastTs {
-		repeat := t == ms.lastTs && h == nil && fh == nil && ms.lastFloat && math.Float64bits(v) == ms.lastV
+		same := t == ms.lastTs
+		repeat := same && h == nil && fh == nil && ms.lastFloat && math.Float64bits(v) == ms.lastV
 		ms.pending--
 		ms.mu.Unlock()
 		switch {
@@ -88,7 +89,7 @@ func (a *appender) Append(ref storage.SeriesRef, ls labels.Labels, st, t int64, 
 			// Same sample again (e.g. an exported timestamp that did not
 			// move): nothing to write, like the TSDB head.
 			return storage.SeriesRef(ms.ref), nil
-		case t == ms.lastTs:
+		case same:
 			s.metrics.rejected.WithLabelValues(rejectDuplicate).Inc()
 			return 0, storage.ErrDuplicateSampleForTimestamp
 		default:

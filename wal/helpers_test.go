@@ -136,46 +136,51 @@ func decodeAll(t testing.TB, r io.Reader) *walContent {
 	dec := record.NewDecoder(labels.NewSymbolTable(), nil)
 	rd := wlog.NewReader(r)
 	for rd.Next() {
-		rec := rd.Record()
-		typ := dec.Type(rec)
-		c.types = append(c.types, typ)
-		var err error
-		switch typ {
-		case record.Series:
-			var v []record.RefSeries
-			v, err = dec.Series(rec, nil)
-			c.series = append(c.series, v...)
-		case record.Samples, record.SamplesV2:
-			var v []record.RefSample
-			v, err = dec.Samples(rec, nil)
-			c.samples = append(c.samples, v...)
-		case record.HistogramSamples, record.HistogramSamplesV2, record.CustomBucketsHistogramSamples:
-			var v []record.RefHistogramSample
-			v, err = dec.HistogramSamples(rec, nil)
-			c.hists = append(c.hists, v...)
-		case record.FloatHistogramSamples, record.FloatHistogramSamplesV2, record.CustomBucketsFloatHistogramSamples:
-			var v []record.RefFloatHistogramSample
-			v, err = dec.FloatHistogramSamples(rec, nil)
-			c.fhists = append(c.fhists, v...)
-		case record.Exemplars:
-			var v []record.RefExemplar
-			v, err = dec.Exemplars(rec, nil)
-			c.exemplars = append(c.exemplars, v...)
-		case record.Metadata:
-			var v []record.RefMetadata
-			v, err = dec.Metadata(rec, nil)
-			c.metas = append(c.metas, v...)
-		default:
-			t.Fatalf("unexpected record type %v", typ)
-		}
-		if err != nil {
-			t.Fatalf("decode %v: %v", typ, err)
-		}
+		c.add(t, &dec, rd.Record())
 	}
 	if err := rd.Err(); err != nil {
 		t.Fatalf("read records: %v", err)
 	}
 	return c
+}
+
+// add decodes one record into c.
+func (c *walContent) add(t testing.TB, dec *record.Decoder, rec []byte) {
+	t.Helper()
+	typ := dec.Type(rec)
+	c.types = append(c.types, typ)
+	var err error
+	switch typ {
+	case record.Series:
+		var v []record.RefSeries
+		v, err = dec.Series(rec, nil)
+		c.series = append(c.series, v...)
+	case record.Samples, record.SamplesV2:
+		var v []record.RefSample
+		v, err = dec.Samples(rec, nil)
+		c.samples = append(c.samples, v...)
+	case record.HistogramSamples, record.HistogramSamplesV2, record.CustomBucketsHistogramSamples:
+		var v []record.RefHistogramSample
+		v, err = dec.HistogramSamples(rec, nil)
+		c.hists = append(c.hists, v...)
+	case record.FloatHistogramSamples, record.FloatHistogramSamplesV2, record.CustomBucketsFloatHistogramSamples:
+		var v []record.RefFloatHistogramSample
+		v, err = dec.FloatHistogramSamples(rec, nil)
+		c.fhists = append(c.fhists, v...)
+	case record.Exemplars:
+		var v []record.RefExemplar
+		v, err = dec.Exemplars(rec, nil)
+		c.exemplars = append(c.exemplars, v...)
+	case record.Metadata:
+		var v []record.RefMetadata
+		v, err = dec.Metadata(rec, nil)
+		c.metas = append(c.metas, v...)
+	default:
+		t.Fatalf("unexpected record type %v", typ)
+	}
+	if err != nil {
+		t.Fatalf("decode %v: %v", typ, err)
+	}
 }
 
 // appendFloats appends one float sample per series at ts and commits.
