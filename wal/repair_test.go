@@ -136,4 +136,3 @@ func TestTornTailIsRepaired(t *testing.T) {
 		})
 	}
 }
-
