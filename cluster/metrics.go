@@ -1,0 +1,106 @@
+package cluster
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type metrics struct {
+	info           *prometheus.GaugeVec
+	peers          *prometheus.GaugeVec
+	receivedEvents *prometheus.CounterVec
+	broadcasts     *prometheus.CounterVec
+	ready          prometheus.Gauge
+	minimumSize    prometheus.Gauge
+	refused        *prometheus.CounterVec
+	badMeta        prometheus.Counter
+	discoveryErrs  *prometheus.CounterVec
+	joins          *prometheus.CounterVec
+}
+
+// newMetrics creates the node's metrics; lamport, health and alive-peers are
+// read at scrape time through the given functions.
+func newMetrics(reg prometheus.Registerer, lamport, health, alive func() float64) *metrics {
+	m := &metrics{
+		info: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "cluster_node_info",
+			Help: "1 for this node's current state (viewer, participant or terminating).",
+		}, []string{"state"}),
+		peers: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "cluster_node_peers",
+			Help: "Alive cluster members by state, this node included.",
+		}, []string{"state"}),
+		receivedEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cluster_node_gossip_received_events_total",
+			Help: "Membership events received through gossip about other nodes, by event (join, leave, update).",
+		}, []string{"event"}),
+		broadcasts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cluster_node_gossip_broadcasts_total",
+			Help: "Membership changes this node broadcast about itself, by event (join, leave, update).",
+		}, []string{"event"}),
+		ready: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "cluster_ready_for_traffic",
+			Help: "1 once wait-for-size is met or the wait timeout has passed.",
+		}),
+		minimumSize: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "cluster_minimum_size",
+			Help: "Participants to wait for before taking traffic (wait-for-size).",
+		}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "shoal_cluster_refused_messages_total",
+			Help: "Gossip messages refused because of a cluster name (label) mismatch or a failed decryption (wrong or missing key).",
+		}, []string{"reason"}),
+		badMeta: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "shoal_cluster_bad_peer_metadata_total",
+			Help: "Peer metadata updates that could not be decoded; such peers are treated as viewers.",
+		}),
+		discoveryErrs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "shoal_cluster_discovery_errors_total",
+			Help: "Failed peer look-ups, by method (dns, dnssrv, kubernetes).",
+		}, []string{"method"}),
+		joins: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "shoal_cluster_join_attempts_total",
+			Help: "Attempts to join a discovered peer, by result (success, failure).",
+		}, []string{"result"}),
+	}
+	for _, r := range []string{refusedLabel, refusedEncryption} {
+		m.refused.WithLabelValues(r)
+	}
+	for _, e := range []string{"join", "leave", "update"} {
+		m.receivedEvents.WithLabelValues(e)
+		m.broadcasts.WithLabelValues(e)
+	}
+	for _, s := range []string{"dns", "dnssrv", "kubernetes"} {
+		m.discoveryErrs.WithLabelValues(s)
+	}
+	m.joins.WithLabelValues("success")
+	m.joins.WithLabelValues("failure")
+	if reg != nil {
+		reg.MustRegister(
+			m.info, m.peers, m.receivedEvents, m.broadcasts, m.ready, m.minimumSize,
+			m.refused, m.badMeta, m.discoveryErrs, m.joins,
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "cluster_node_lamport_time",
+				Help: "This node's lamport clock.",
+			}, lamport),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "cluster_node_gossip_health_score",
+				Help: "memberlist's awareness health score; 0 is healthy, higher means this node is failing to keep up.",
+			}, health),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "cluster_node_gossip_alive_peers",
+				Help: "Members memberlist considers alive (suspect included), this node included.",
+			}, alive),
+		)
+	}
+	return m
+}
+
+// setState exposes a single cluster_node_info series, for the current state.
+func (m *metrics) setState(s State) {
+	for _, st := range States {
+		if st != s {
+			m.info.DeleteLabelValues(st.String())
+		}
+	}
+	m.info.WithLabelValues(s.String()).Set(1)
+}

@@ -1,0 +1,618 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// stateBroadcastTimeout bounds how long SetState waits for its update to be
+// gossiped before returning; the update stays queued either way.
+const stateBroadcastTimeout = 5 * time.Second
+
+// Peer is one alive member of the cluster as seen by this node.
+type Peer struct {
+	Name      string
+	Addr      string // gossip address, host:port
+	HTTPAddr  string // advertised HTTP address; empty if the peer set none
+	State     State
+	Self      bool
+	StartTime time.Time
+}
+
+// Node is this process's membership in the cluster.
+type Node struct {
+	cfg        Config
+	logger     *slog.Logger
+	metrics    *metrics
+	listenIP   net.IP
+	listenPort int
+	disc       *discoverer
+	startTime  time.Time
+	lamport    atomic.Uint64
+
+	mu         sync.Mutex
+	state      State
+	metaClock  uint64 // lamport value of the last local state change
+	advertise  string // final gossip address, set by Start
+	ml         *memberlist.Memberlist
+	started    bool
+	left       bool
+	stopped    bool
+	peers      map[string]Peer // other alive members, by name
+	subs       map[int]chan struct{}
+	nextSub    int
+	ready      bool
+	readyCh    chan struct{}
+	readyTimer *time.Timer
+	cancel     context.CancelFunc
+	wg         sync.WaitGroup
+}
+
+// New validates cfg and prepares a Node; nothing is bound until Start. The
+// node starts as a Viewer. reg may be nil.
+func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Node, error) {
+	listenIP, listenPort, specs, err := cfg.normalize()
+	if err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	n := &Node{
+		cfg:        cfg,
+		logger:     logger,
+		listenIP:   listenIP,
+		listenPort: listenPort,
+		startTime:  time.Now(),
+		state:      Viewer,
+		peers:      map[string]Peer{},
+		subs:       map[int]chan struct{}{},
+		readyCh:    make(chan struct{}),
+	}
+	n.disc = &discoverer{
+		specs:      specs,
+		resolver:   cfg.Resolver,
+		listenPort: listenPort,
+		onError: func(method string, err error) {
+			n.metrics.discoveryErrs.WithLabelValues(method).Inc()
+			n.logger.Warn("peer discovery failed", "method", method, "err", err)
+		},
+	}
+	if cfg.KubernetesLabelSelector != "" {
+		if _, err := labels.Parse(cfg.KubernetesLabelSelector); err != nil {
+			return nil, fmt.Errorf("cluster: Kubernetes label selector %q: %w", cfg.KubernetesLabelSelector, err)
+		}
+		kc, ns, err := newKubeClient(cfg)
+		if err != nil {
+			return nil, err
+		}
+		n.disc.kube, n.disc.namespace, n.disc.selector = kc, ns, cfg.KubernetesLabelSelector
+	}
+	n.metrics = newMetrics(reg,
+		func() float64 { return float64(n.lamport.Load()) },
+		func() float64 {
+			if ml := n.memberlist(); ml != nil {
+				return float64(ml.GetHealthScore())
+			}
+			return 0
+		},
+		func() float64 {
+			if ml := n.memberlist(); ml != nil {
+				return float64(ml.NumMembers())
+			}
+			return 0
+		},
+	)
+	n.metrics.setState(Viewer)
+	n.metrics.minimumSize.Set(float64(cfg.WaitForSize))
+	n.updatePeerMetrics()
+	if cfg.WaitForSize == 0 {
+		n.markReady("wait-for-size is 0")
+	}
+	return n, nil
+}
+
+func (n *Node) memberlist() *memberlist.Memberlist {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.ml
+}
+
+// Start binds the gossip listener, joins the peers that discovery finds (or
+// bootstraps a cluster of one if none answers) and returns. A goroutine then
+// re-runs discovery every RejoinInterval until ctx is done or Shutdown is
+// called. The WaitTimeout clock starts here.
+func (n *Node) Start(ctx context.Context) error {
+	n.mu.Lock()
+	if n.started {
+		n.mu.Unlock()
+		return errors.New("cluster: node already started")
+	}
+	n.started = true
+	n.mu.Unlock()
+
+	mlc, err := n.memberlistConfig(ctx)
+	if err != nil {
+		return err
+	}
+	ml, err := memberlist.Create(mlc)
+	if err != nil {
+		return fmt.Errorf("cluster: starting memberlist on %s: %w", n.cfg.ListenAddr, err)
+	}
+	local := ml.LocalNode()
+	advertise := net.JoinHostPort(local.Addr.String(), strconv.Itoa(int(local.Port)))
+
+	loopCtx, cancel := context.WithCancel(ctx)
+	n.mu.Lock()
+	n.ml = ml
+	n.advertise = advertise
+	n.cancel = cancel
+	if !n.ready {
+		n.readyTimer = time.AfterFunc(n.cfg.WaitTimeout, func() { n.markReady("wait timeout passed") })
+	}
+	n.mu.Unlock()
+	n.metrics.broadcasts.WithLabelValues("join").Inc()
+	n.logger.Info("gossip started", "node", n.cfg.NodeName, "listen", n.cfg.ListenAddr, "advertise", advertise, "cluster_name", n.cfg.ClusterName, "encrypted", len(n.cfg.SecretKey) > 0)
+
+	joined := n.join(loopCtx)
+	if joined == 0 {
+		n.logger.Info("no peer answered; bootstrapped a cluster of one", "rejoin_interval", n.cfg.RejoinInterval)
+	}
+	n.notify()
+
+	if n.cfg.RejoinInterval > 0 {
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			n.rejoinLoop(loopCtx)
+		}()
+	}
+	return nil
+}
+
+func (n *Node) memberlistConfig(ctx context.Context) (*memberlist.Config, error) {
+	c := memberlist.DefaultLANConfig()
+	if n.cfg.Memberlist != nil {
+		n.cfg.Memberlist(c)
+	}
+	c.Name = n.cfg.NodeName
+	c.BindAddr = n.listenIP.String()
+	c.BindPort = n.listenPort
+	advHost, advPort := "", n.listenPort
+	if n.cfg.AdvertiseAddr != "" {
+		h, p, err := splitAdvertise(n.cfg.AdvertiseAddr, n.listenPort)
+		if err != nil {
+			return nil, err
+		}
+		advHost, advPort = h, p
+		if net.ParseIP(h) == nil {
+			lctx, cancel := context.WithTimeout(ctx, lookupTimeout)
+			ips, err := n.cfg.Resolver.LookupIPAddr(lctx, h)
+			cancel()
+			if err != nil || len(ips) == 0 {
+				return nil, fmt.Errorf("cluster: resolving advertise address %q: %v", n.cfg.AdvertiseAddr, err)
+			}
+			advHost = ips[0].IP.String()
+		}
+	} else {
+		advHost = defaultAdvertiseIP(n.listenIP).String()
+	}
+	c.AdvertiseAddr = advHost
+	// With an automatic listen port and no explicit advertise port,
+	// memberlist advertises the port it bound.
+	c.AdvertisePort = advPort
+	c.Label = n.cfg.ClusterName
+	c.SecretKey = n.cfg.SecretKey
+	c.Keyring = nil
+	c.Delegate = (*delegate)(n)
+	c.Events = (*events)(n)
+	c.LogOutput = nil
+	c.Logger = newMemberlistLogger(n.logger, n.metrics.refused)
+	return c, nil
+}
+
+// join discovers candidate peers and joins every one that is not already a
+// member. It returns how many joins succeeded.
+func (n *Node) join(ctx context.Context) int {
+	ml := n.memberlist()
+	if ml == nil {
+		return 0
+	}
+	addrs := n.disc.discover(ctx)
+	joined := 0
+	for _, a := range addrs {
+		if ctx.Err() != nil {
+			break
+		}
+		// After a successful join the push/pull has merged the whole remote
+		// cluster, so the remaining addresses are usually members already.
+		if n.isMemberAddr(a) {
+			continue
+		}
+		if _, err := ml.Join([]string{a}); err != nil {
+			n.metrics.joins.WithLabelValues("failure").Inc()
+			n.logger.Debug("joining peer failed", "addr", a, "err", err)
+			continue
+		}
+		n.metrics.joins.WithLabelValues("success").Inc()
+		joined++
+	}
+	if joined > 0 {
+		n.logger.Info("joined peers", "joined", joined, "candidates", len(addrs), "members", len(n.Peers()))
+	}
+	return joined
+}
+
+// isMemberAddr reports whether addr is this node or a known alive member.
+func (n *Node) isMemberAddr(addr string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if addr == n.advertise {
+		return true
+	}
+	if !n.listenIP.IsUnspecified() && addr == net.JoinHostPort(n.listenIP.String(), strconv.Itoa(n.listenPort)) {
+		return true
+	}
+	for _, p := range n.peers {
+		if p.Addr == addr {
+			return true
+		}
+	}
+	return false
+}
+
+func (n *Node) rejoinLoop(ctx context.Context) {
+	backoff := time.Second
+	for {
+		delay := n.cfg.RejoinInterval
+		if n.alone() && backoff < delay {
+			// Peers that start together often miss each other in DNS; a
+			// lone node retries sooner than the full interval.
+			delay = backoff
+			backoff *= 2
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		n.join(ctx)
+	}
+}
+
+func (n *Node) alone() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return len(n.peers) == 0
+}
+
+// SetState changes this node's state and gossips it. It waits a bounded
+// time for the update to go out; a node cannot leave Terminating.
+func (n *Node) SetState(s State) error {
+	if !s.valid() {
+		return fmt.Errorf("cluster: invalid node state %d", int(s))
+	}
+	n.mu.Lock()
+	if n.state == s {
+		n.mu.Unlock()
+		return nil
+	}
+	if n.state == Terminating {
+		n.mu.Unlock()
+		return fmt.Errorf("cluster: cannot change state from terminating to %s", s)
+	}
+	old := n.state
+	n.state = s
+	n.metaClock = n.lamport.Add(1)
+	ml, left := n.ml, n.left || n.stopped
+	n.mu.Unlock()
+
+	n.logger.Info("node state changed", "from", old, "to", s)
+	n.metrics.setState(s)
+	n.afterChange()
+	if ml != nil && !left {
+		n.metrics.broadcasts.WithLabelValues("update").Inc()
+		if err := ml.UpdateNode(stateBroadcastTimeout); err != nil {
+			// The update stays queued and goes out with later gossip.
+			n.logger.Debug("state update not yet gossiped", "state", s, "err", err)
+		}
+	}
+	return nil
+}
+
+// Self returns this node as a Peer.
+func (n *Node) Self() Peer {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.selfLocked()
+}
+
+func (n *Node) selfLocked() Peer {
+	addr := n.advertise
+	if addr == "" {
+		addr = n.cfg.ListenAddr
+	}
+	return Peer{
+		Name:      n.cfg.NodeName,
+		Addr:      addr,
+		HTTPAddr:  n.cfg.HTTPAddr,
+		State:     n.state,
+		Self:      true,
+		StartTime: n.startTime,
+	}
+}
+
+// Peers returns the alive members, this node included, sorted by name.
+// Members declared dead or that left are not included.
+func (n *Node) Peers() []Peer {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := make([]Peer, 0, len(n.peers)+1)
+	out = append(out, n.selfLocked())
+	for _, p := range n.peers {
+		out = append(out, p)
+	}
+	slices.SortFunc(out, func(a, b Peer) int {
+		switch {
+		case a.Name < b.Name:
+			return -1
+		case a.Name > b.Name:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// Subscribe returns a channel that receives a signal whenever the member
+// set or any member's state or metadata changes, and a function that ends
+// the subscription. The channel holds one pending signal, so a burst of
+// changes coalesces into one; on a signal, call Peers.
+func (n *Node) Subscribe() (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	n.mu.Lock()
+	id := n.nextSub
+	n.nextSub++
+	n.subs[id] = ch
+	n.mu.Unlock()
+	var once sync.Once
+	return ch, func() {
+		once.Do(func() {
+			n.mu.Lock()
+			delete(n.subs, id)
+			n.mu.Unlock()
+		})
+	}
+}
+
+func (n *Node) notify() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, ch := range n.subs {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// afterChange refreshes what depends on the member set.
+func (n *Node) afterChange() {
+	n.updatePeerMetrics()
+	n.checkReady()
+	n.notify()
+}
+
+func (n *Node) updatePeerMetrics() {
+	counts := map[State]int{}
+	for _, p := range n.Peers() {
+		counts[p.State]++
+	}
+	for _, s := range States {
+		n.metrics.peers.WithLabelValues(s.String()).Set(float64(counts[s]))
+	}
+}
+
+// Ready reports whether WaitForSize participants have been seen or
+// WaitTimeout has passed since Start. Once true it stays true.
+func (n *Node) Ready() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.ready
+}
+
+// WaitReady blocks until Ready is true or ctx is done.
+func (n *Node) WaitReady(ctx context.Context) error {
+	select {
+	case <-n.readyCh:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (n *Node) checkReady() {
+	n.mu.Lock()
+	if n.ready {
+		n.mu.Unlock()
+		return
+	}
+	count := 0
+	if n.state == Participant {
+		count++
+	}
+	for _, p := range n.peers {
+		if p.State == Participant {
+			count++
+		}
+	}
+	n.mu.Unlock()
+	if count >= n.cfg.WaitForSize {
+		n.markReady(fmt.Sprintf("%d participants seen", count))
+	}
+}
+
+func (n *Node) markReady(reason string) {
+	n.mu.Lock()
+	if n.ready {
+		n.mu.Unlock()
+		return
+	}
+	n.ready = true
+	close(n.readyCh)
+	if n.readyTimer != nil {
+		n.readyTimer.Stop()
+	}
+	n.mu.Unlock()
+	n.metrics.ready.Set(1)
+	if n.cfg.WaitForSize > 0 {
+		n.logger.Info("cluster ready for traffic", "reason", reason, "wait_for_size", n.cfg.WaitForSize)
+	}
+}
+
+// Leave gossips that this node is leaving and waits up to timeout for the
+// message to go out. Call SetState(Terminating) first, and Shutdown after.
+func (n *Node) Leave(timeout time.Duration) error {
+	n.mu.Lock()
+	ml := n.ml
+	already := n.left || n.stopped
+	n.left = true
+	n.mu.Unlock()
+	if ml == nil || already {
+		return nil
+	}
+	n.metrics.broadcasts.WithLabelValues("leave").Inc()
+	if err := ml.Leave(timeout); err != nil {
+		return fmt.Errorf("cluster: leaving: %w", err)
+	}
+	n.logger.Info("left the cluster")
+	return nil
+}
+
+// Shutdown stops the rejoin loop and the gossip listener. Without a prior
+// Leave, peers declare this node dead after their failure detection.
+func (n *Node) Shutdown() error {
+	n.mu.Lock()
+	if n.stopped {
+		n.mu.Unlock()
+		return nil
+	}
+	n.stopped = true
+	ml, cancel := n.ml, n.cancel
+	if n.readyTimer != nil {
+		n.readyTimer.Stop()
+	}
+	n.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	n.wg.Wait()
+	if ml == nil {
+		return nil
+	}
+	if err := ml.Shutdown(); err != nil {
+		return fmt.Errorf("cluster: shutting down memberlist: %w", err)
+	}
+	return nil
+}
+
+// observe records a peer's metadata; it runs inside memberlist's event
+// callbacks, so it must not call back into memberlist.
+func (n *Node) observe(mn *memberlist.Node, event string) {
+	if mn.Name == n.cfg.NodeName {
+		// Our own state is authoritative locally; memberlist refutes stale
+		// news about us with a higher incarnation.
+		return
+	}
+	n.metrics.receivedEvents.WithLabelValues(event).Inc()
+	p := Peer{
+		Name: mn.Name,
+		Addr: net.JoinHostPort(mn.Addr.String(), strconv.Itoa(int(mn.Port))),
+	}
+	m, st, err := decodeMeta(mn.Meta)
+	if err != nil {
+		n.metrics.badMeta.Inc()
+		n.logger.Warn("peer sent metadata this node cannot read; treating it as a viewer", "peer", mn.Name, "addr", p.Addr, "err", err)
+	} else {
+		p.State, p.HTTPAddr = st, m.HTTPAddr
+		p.StartTime = time.UnixMilli(m.StartTime)
+		n.mergeLamport(m.Lamport)
+	}
+	n.mu.Lock()
+	old, had := n.peers[p.Name]
+	n.peers[p.Name] = p
+	n.mu.Unlock()
+	if !had || old.State != p.State {
+		n.logger.Debug("peer state", "peer", p.Name, "addr", p.Addr, "state", p.State, "event", event)
+	}
+	n.afterChange()
+}
+
+func (n *Node) forget(mn *memberlist.Node) {
+	if mn.Name == n.cfg.NodeName {
+		return
+	}
+	n.metrics.receivedEvents.WithLabelValues("leave").Inc()
+	n.mu.Lock()
+	_, had := n.peers[mn.Name]
+	delete(n.peers, mn.Name)
+	n.mu.Unlock()
+	if had {
+		n.logger.Debug("peer gone", "peer", mn.Name)
+	}
+	n.afterChange()
+}
+
+// mergeLamport advances the clock past an observed value.
+func (n *Node) mergeLamport(seen uint64) {
+	for {
+		cur := n.lamport.Load()
+		next := max(cur, seen) + 1
+		if n.lamport.CompareAndSwap(cur, next) {
+			return
+		}
+	}
+}
+
+// delegate gives memberlist this node's metadata.
+type delegate Node
+
+func (d *delegate) NodeMeta(limit int) []byte {
+	n := (*Node)(d)
+	n.mu.Lock()
+	b := encodeMeta(n.state, n.cfg.HTTPAddr, n.startTime, n.metaClock)
+	n.mu.Unlock()
+	if len(b) > limit {
+		// Cannot happen with the length checks in New; never hand memberlist
+		// more than it allows (it panics).
+		n.logger.Error("node metadata too large; gossiping none", "size", len(b), "limit", limit)
+		return nil
+	}
+	return b
+}
+
+func (d *delegate) NotifyMsg([]byte)                           {}
+func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
+func (d *delegate) LocalState(join bool) []byte                { return nil }
+func (d *delegate) MergeRemoteState(buf []byte, join bool)     {}
+
+// events receives memberlist's membership events.
+type events Node
+
+func (e *events) NotifyJoin(mn *memberlist.Node)   { (*Node)(e).observe(mn, "join") }
+func (e *events) NotifyUpdate(mn *memberlist.Node) { (*Node)(e).observe(mn, "update") }
+func (e *events) NotifyLeave(mn *memberlist.Node)  { (*Node)(e).forget(mn) }

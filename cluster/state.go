@@ -1,0 +1,107 @@
+package cluster
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// State is a node's role in the cluster. Only participants own targets.
+type State int
+
+const (
+	// Viewer is the state a node starts in: it gossips and sees the ring but
+	// owns nothing until its configuration is loaded and its WAL replayed.
+	Viewer State = iota
+	// Participant nodes are on the ring and scrape the targets they own.
+	Participant
+	// Terminating nodes are shutting down; peers take their targets at once.
+	Terminating
+)
+
+var stateNames = [...]string{Viewer: "viewer", Participant: "participant", Terminating: "terminating"}
+
+// States lists every state, in lifecycle order.
+var States = []State{Viewer, Participant, Terminating}
+
+// String returns "viewer", "participant" or "terminating".
+func (s State) String() string {
+	if s < 0 || int(s) >= len(stateNames) {
+		return fmt.Sprintf("State(%d)", int(s))
+	}
+	return stateNames[s]
+}
+
+func (s State) valid() bool { return s >= Viewer && s <= Terminating }
+
+// ParseState is the inverse of State.String.
+func ParseState(s string) (State, error) {
+	for i, n := range stateNames {
+		if n == s {
+			return State(i), nil
+		}
+	}
+	return Viewer, fmt.Errorf("unknown node state %q", s)
+}
+
+// MarshalText makes State read as its name in JSON.
+func (s State) MarshalText() ([]byte, error) {
+	if !s.valid() {
+		return nil, fmt.Errorf("invalid node state %d", int(s))
+	}
+	return []byte(s.String()), nil
+}
+
+// UnmarshalText parses a state name.
+func (s *State) UnmarshalText(b []byte) error {
+	v, err := ParseState(string(b))
+	if err != nil {
+		return err
+	}
+	*s = v
+	return nil
+}
+
+// metaVersion is bumped on incompatible changes to the metadata encoding.
+const metaVersion = 1
+
+// nodeMeta is what a node gossips about itself in memberlist node metadata.
+// Short keys keep it far below memberlist's 512-byte limit.
+type nodeMeta struct {
+	Version   int    `json:"v"`
+	State     string `json:"s"`
+	HTTPAddr  string `json:"h,omitempty"`
+	StartTime int64  `json:"t"` // Unix milliseconds
+	Lamport   uint64 `json:"l"`
+}
+
+func encodeMeta(state State, httpAddr string, start time.Time, lamport uint64) []byte {
+	b, _ := json.Marshal(nodeMeta{
+		Version:   metaVersion,
+		State:     state.String(),
+		HTTPAddr:  httpAddr,
+		StartTime: start.UnixMilli(),
+		Lamport:   lamport,
+	})
+	return b
+}
+
+// decodeMeta parses a peer's metadata. A peer speaking garbage is reported
+// by the error; the caller treats it as a viewer, which owns nothing.
+func decodeMeta(b []byte) (nodeMeta, State, error) {
+	var m nodeMeta
+	if len(b) == 0 {
+		return m, Viewer, fmt.Errorf("empty metadata")
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		return m, Viewer, fmt.Errorf("bad metadata: %w", err)
+	}
+	if m.Version != metaVersion {
+		return m, Viewer, fmt.Errorf("metadata version %d, want %d", m.Version, metaVersion)
+	}
+	st, err := ParseState(m.State)
+	if err != nil {
+		return m, Viewer, err
+	}
+	return m, st, nil
+}
