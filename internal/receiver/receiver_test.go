@@ -635,3 +635,33 @@ func TestLogLimit(t *testing.T) {
 		t.Error("no allowance in a new second")
 	}
 }
+
+// BenchmarkRemoteWrite measures ingestion through HTTP, the write handler
+// and the TSDB: requests of 2000 series with one sample each, as a
+// remote-write queue shard sends them.
+func BenchmarkRemoteWrite(b *testing.B) {
+	for _, v2 := range []bool{false, true} {
+		b.Run(fmt.Sprintf("v2=%v", v2), func(b *testing.B) {
+			r, srv := openTest(b)
+			s := newSender(b, srv.URL, v2)
+			const perReq = 2000
+			t0 := time.Now().UnixMilli()
+			ls := make([]labels.Labels, perReq)
+			for k := range ls {
+				ls[k] = labels.FromStrings("__name__", "bench_metric", "instance", fmt.Sprintf("host-%d:9100", k%100), "k", fmt.Sprint(k))
+			}
+			b.ResetTimer()
+			for i := 0; b.Loop(); i++ {
+				ss := make([]series, perReq)
+				for k := range ss {
+					ss[k] = series{ls: ls[k], floats: []Sample{{T: t0 + int64(i), V: float64(i)}}}
+				}
+				s.mustSend(ss...)
+			}
+			b.ReportMetric(float64(b.N*perReq)/b.Elapsed().Seconds(), "samples/s")
+			if st := r.Stats(); st.Rejected() != 0 {
+				b.Fatalf("rejections during benchmark: %+v", st)
+			}
+		})
+	}
+}
