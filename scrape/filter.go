@@ -417,14 +417,20 @@ func (f *Filter) refilter(now time.Time) (out map[string][]*targetgroup.Group, c
 		}
 	}
 
+	// The set of valid keys changes only with discovery or configuration;
+	// a ring change alone reuses it.
+	rebuildKnown := changed
 	var (
 		buf        = make([]string, 0, max(cur.rf, prev.rf))
-		known      = make(map[uint64]struct{}, len(f.known))
+		known      = f.known
 		owned      = make(map[uint64]struct{}, len(f.owned))
 		waiting    = map[uint64]time.Time{}
 		movedIn    int
 		ownedByJob = map[string]int{}
 	)
+	if rebuildKnown {
+		known = make(map[uint64]struct{}, len(f.known))
+	}
 	out = make(map[string][]*targetgroup.Group, len(f.jobs))
 	for job, js := range f.jobs {
 		if f.cfgs[job] == nil {
@@ -450,12 +456,14 @@ func (f *Filter) refilter(now time.Time) (out map[string][]*targetgroup.Group, c
 			if e.reason != "" {
 				continue
 			}
-			_, seen := known[e.key]
-			known[e.key] = struct{}{}
-			active := false
-			if seen {
-				_, active = owned[e.key]
-			} else if cur.owns(e.key, buf) {
+			if rebuildKnown {
+				known[e.key] = struct{}{}
+			}
+			// A key seen before in this pass (a duplicate target) was
+			// already decided.
+			_, active := owned[e.key]
+			_, held := waiting[e.key]
+			if !active && !held && cur.owns(e.key, buf) {
 				_, wasOwned := f.owned[e.key]
 				due, wasWaiting := f.waiting[e.key]
 				_, wasKnown := f.known[e.key]
