@@ -172,9 +172,14 @@ func (s ringState) ownedByOther(key uint64, buf []string) bool {
 }
 
 type jobState struct {
+	// groups and entries always match each other; a discovery update waits
+	// in next until the following re-filter, so Targets never sees groups
+	// without their entries.
 	groups  []*targetgroup.Group
 	entries []entry
-	dirty   bool // entries must be recomputed from groups and config
+	next    []*targetgroup.Group
+	hasNext bool
+	dirty   bool // entries must be recomputed (new groups or config)
 }
 
 // entry is one discovered target, in group order.
@@ -353,13 +358,16 @@ func (f *Filter) merge(update map[string][]*targetgroup.Group) {
 			js = &jobState{}
 			f.jobs[job] = js
 		}
-		js.groups = groups
+		js.next, js.hasNext = groups, true
 		js.dirty = true
 	}
 }
 
 // computeEntries runs relabelling for every target of a job.
 func computeEntries(js *jobState, cfg *config.ScrapeConfig, lb *labels.Builder) (invalid int, firstErr error) {
+	if js.hasNext {
+		js.groups, js.next, js.hasNext = js.next, nil, false
+	}
 	n := 0
 	for _, g := range js.groups {
 		if g != nil {
@@ -412,8 +420,10 @@ func (f *Filter) refilter(now time.Time) (out map[string][]*targetgroup.Group, c
 			continue
 		}
 		changed = true
-		if invalid, err := computeEntries(js, cfg, lb); invalid > 0 {
-			f.logger.Warn("Dropping invalid targets", "job", job, "count", invalid, "first_err", err)
+		invalid, err := computeEntries(js, cfg, lb)
+		f.metrics.invalid.WithLabelValues(job).Set(float64(invalid))
+		if invalid > 0 {
+			f.logger.Warn("Ignoring invalid targets", "job", job, "count", invalid, "first_err", err)
 		}
 	}
 
@@ -577,8 +587,7 @@ func (f *Filter) Targets() []TargetInfo {
 	)
 	for job, js := range f.jobs {
 		cfg := f.cfgs[job]
-		if cfg == nil || js.dirty {
-			// Not filtered yet: reported once Run has caught up.
+		if cfg == nil {
 			continue
 		}
 		for _, e := range js.entries {

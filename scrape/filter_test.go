@@ -12,7 +12,6 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/common/promslog"
 	"github.com/prometheus/prometheus/discovery/targetgroup"
-	"github.com/prometheus/prometheus/model/labels"
 	promscrape "github.com/prometheus/prometheus/scrape"
 
 	"github.com/shoal-dev/shoal/ring"
@@ -137,6 +136,9 @@ func TestRelabelDroppedNeverOwned(t *testing.T) {
 			}
 			if reasons[ReasonRelabelled] != 3 || reasons[reasonInvalidPrefix] != 1 || len(reasons) != 2 {
 				t.Errorf("drop reasons %v, want 3 relabelled away and 1 invalid", reasons)
+			}
+			if got := testutil.ToFloat64(h.f.metrics.invalid.WithLabelValues("app")); got != 1 {
+				t.Errorf("shoal_targets_invalid{job=app}=%v, want 1", got)
 			}
 		})
 	}
@@ -355,11 +357,10 @@ func TestGainedTargetsWaitForHandoff(t *testing.T) {
 		h.send(t, discovery(50, "node"))
 		first := h.waitOutput(t, 5*time.Second, "first output", func(tsets) bool { return true })
 		h.send(t, discovery(100, "node"))
-		o := h.waitOutput(t, 5*time.Second, "new targets", func(o tsets) bool { return count(o) > count(first) })
+		h.waitOutput(t, 5*time.Second, "new targets", func(o tsets) bool { return count(o) > count(first) })
 		if got := testutil.ToFloat64(h.f.metrics.movedIn); got != 0 {
 			t.Errorf("new targets counted as moved: %v", got)
 		}
-		_ = o
 	})
 	t.Run("single node bootstrap", func(t *testing.T) {
 		h := startFilter(t, FilterOptions{HandoffDelay: time.Hour, RingCoalesce: -1}, nil, cfg)
@@ -495,5 +496,4 @@ func TestTargetsSorted(t *testing.T) {
 	if infos[0].Job != "app" || infos[0].Labels.Get("zone") != "z1" || infos[0].DiscoveredLabels.Get(model.AddressLabel) == "" {
 		t.Fatalf("first target %+v", infos[0])
 	}
-	_ = labels.EmptyLabels()
 }

@@ -10,6 +10,7 @@ import (
 type metrics struct {
 	discovered *prometheus.GaugeVec
 	owned      *prometheus.GaugeVec
+	invalid    *prometheus.GaugeVec
 	movedIn    prometheus.Counter
 	movedOut   prometheus.Counter
 	ringTokens prometheus.Gauge
@@ -30,6 +31,10 @@ func newMetrics(reg prometheus.Registerer, logger *slog.Logger) *metrics {
 			Name: "shoal_targets_owned",
 			Help: "Targets per job that this node owns and scrapes.",
 		}, []string{"job"}),
+		invalid: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "shoal_targets_invalid",
+			Help: "Discovered targets per job that relabelling left invalid (no address, bad interval, ...); nobody scrapes them.",
+		}, []string{"job"}),
 		movedIn:  moved.WithLabelValues("in"),
 		movedOut: moved.WithLabelValues("out"),
 		ringTokens: prometheus.NewGauge(prometheus.GaugeOpts{
@@ -42,7 +47,7 @@ func newMetrics(reg prometheus.Registerer, logger *slog.Logger) *metrics {
 		}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.discovered, m.owned, moved, m.ringTokens, m.ownership} {
+		for _, c := range []prometheus.Collector{m.discovered, m.owned, m.invalid, moved, m.ringTokens, m.ownership} {
 			if err := reg.Register(c); err != nil {
 				// A second Filter on the same registry is a wiring bug, not a
 				// reason to crash: keep counting, unexported.
@@ -73,4 +78,5 @@ func (m *metrics) setRing(s ringState) {
 func (m *metrics) forgetJob(job string) {
 	m.discovered.DeleteLabelValues(job)
 	m.owned.DeleteLabelValues(job)
+	m.invalid.DeleteLabelValues(job)
 }
