@@ -262,8 +262,8 @@ func (f *Filter) ApplyConfig(cfg *config.Config) error {
 // false (a viewer that is not ready yet, or a node that is terminating) the
 // node owns nothing at all. Otherwise a nil ring means clustering is disabled
 // and the node owns every target, and a non-nil ring gives it the targets
-// whose first replicationFactor owners include self. Calls are coalesced: Run re-filters once
-// per FilterOptions.RingCoalesce with the latest values.
+// whose first replicationFactor owners include self. Calls are coalesced:
+// Run re-filters once per FilterOptions.RingCoalesce with the latest values.
 func (f *Filter) SetRing(r *ring.Ring, self string, replicationFactor int, participant bool) {
 	if replicationFactor < 1 {
 		replicationFactor = 1
