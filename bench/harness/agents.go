@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -55,9 +57,9 @@ func (a Agent) Version() string {
 	}
 	mod := map[Kind]string{KindPrometheus: "github.com/prometheus/prometheus", KindVMAgent: "github.com/VictoriaMetrics/VictoriaMetrics"}[a.Kind]
 	if mod != "" {
-		for _, d := range bi.Deps {
+		for _, d := range append([]*debug.Module{&bi.Main}, bi.Deps...) {
 			if d.Path == mod {
-				return d.Path + " " + d.Version + ", " + bi.GoVersion
+				return moduleVersion(a.Kind, d.Version) + ", " + bi.GoVersion
 			}
 		}
 		return "unknown module version, " + bi.GoVersion
@@ -290,4 +292,22 @@ scrape_configs:
 		return "", "", err
 	}
 	return promCfg, scrapeOnly, nil
+}
+
+var promModuleVersion = regexp.MustCompile(`^v0\.(\d)(\d\d)\.(\d+)$`)
+
+// moduleVersion names a peer's release: Prometheus' Go module v0.316.0 is
+// Prometheus 3.16.0.
+func moduleVersion(k Kind, v string) string {
+	if k == KindPrometheus {
+		if m := promModuleVersion.FindStringSubmatch(v); m != nil {
+			minor := strings.TrimLeft(m[2], "0")
+			if minor == "" {
+				minor = "0"
+			}
+			return "Prometheus " + m[1] + "." + minor + "." + m[3] + " (module " + v + ")"
+		}
+		return "Prometheus module " + v
+	}
+	return "vmagent " + v
 }

@@ -43,7 +43,7 @@ func main() {
 	app.Flag("scrape-interval", "Scrape interval of every agent.").Default("5s").DurationVar(&opts.ScrapeInterval)
 	app.Flag("warmup", "Warm-up per agent before measuring.").Default("30s").DurationVar(&opts.Warmup)
 	app.Flag("duration", "Measurement window per agent.").Default("90s").DurationVar(&opts.Duration)
-	app.Flag("agents", "Agents to measure, in order: shoal, shoal-cluster, prometheus-agent, vmagent.").Default("shoal", "shoal-cluster", "prometheus-agent", "vmagent").StringsVar(&agentsFlag)
+	app.Flag("agents", "Agents to measure, in order (repeat the flag or separate with commas): shoal, shoal-cluster, prometheus-agent, vmagent.").Default("shoal", "shoal-cluster", "prometheus-agent", "vmagent").StringsVar(&agentsFlag)
 	app.Flag("shoal", "shoal binary.").StringVar(&shoalBin)
 	app.Flag("shoal-missing", "Why the shoal binary is missing (e.g. its build error); reported instead of measuring shoal.").StringVar(&shoalMissing)
 	app.Flag("prometheus", "Prometheus binary (run with --agent).").StringVar(&promBin)
@@ -84,7 +84,11 @@ func main() {
 
 	if !skipSide {
 		var agents []harness.Agent
-		for _, name := range agentsFlag {
+		var names []string
+		for _, f := range agentsFlag {
+			names = append(names, strings.Split(f, ",")...)
+		}
+		for _, name := range names {
 			a, err := agentFor(name, shoalBin, shoalMissing, promBin, vmBin)
 			if err != nil {
 				logger.Error("bad --agents", "err", err)
