@@ -34,7 +34,8 @@ type Options struct {
 	// ScrapeInterval for every agent (timeout equal to it). Default 10s.
 	ScrapeInterval time.Duration
 	// Warmup is how long an agent runs before measuring starts; the window
-	// also waits (up to Warmup more) for the first delivered sample.
+	// also waits (up to max(Warmup, 30s) more) for the first delivered
+	// sample.
 	// Default 3 scrape intervals.
 	Warmup time.Duration
 	// Duration of the measurement window. Default 60s.
@@ -217,10 +218,11 @@ func measure(ctx context.Context, opts Options, a Agent, fileSD string, r *Resul
 	if err := wait(opts.Warmup); err != nil {
 		return err
 	}
-	for deadline := time.Now().Add(opts.Warmup); sk.Snapshot().Samples == 0; {
+	extra := max(opts.Warmup, 30*time.Second)
+	for deadline := time.Now().Add(extra); sk.Snapshot().Samples == 0; {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("no sample delivered after %v (receiver: %q); last log lines of %s:\n%s",
-				2*opts.Warmup, sk.Snapshot().LastErr, procs[0].name, procs[0].logTail())
+				opts.Warmup+extra, sk.Snapshot().LastErr, procs[0].name, procs[0].logTail())
 		}
 		if err := wait(200 * time.Millisecond); err != nil {
 			return err

@@ -1,0 +1,133 @@
+package harness
+
+import (
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shoal-dev/shoal/bench/loadgen"
+)
+
+// smokeOptions is a tiny load that still exercises every part of a run.
+func smokeOptions(t *testing.T) Options {
+	return Options{
+		Load:           loadgen.Config{Targets: 4, Series: 60, Skew: 3, LargeFraction: 0.25},
+		ScrapeInterval: time.Second,
+		Warmup:         4 * time.Second,
+		Duration:       5 * time.Second,
+		WorkDir:        t.TempDir(),
+	}
+}
+
+// checkSane asserts that a measured result is plausible: samples arrived,
+// every target series was delivered, CPU and memory were measured.
+func checkSane(t *testing.T, r Result) {
+	t.Helper()
+	if r.Err != "" {
+		t.Fatalf("%s: %s", r.Agent.Name, r.Err)
+	}
+	if r.Samples <= 0 || r.SamplesPerSec <= 0 {
+		t.Errorf("%s: no samples delivered: %+v", r.Agent.Name, r)
+	}
+	if r.SeriesSeen < r.ActiveSeries {
+		t.Errorf("%s: %d series delivered in the window, targets expose %d", r.Agent.Name, r.SeriesSeen, r.ActiveSeries)
+	}
+	if r.CPU <= 0 || r.CPUPerMillion <= 0 || math.IsInf(r.CPUPerMillion, 0) {
+		t.Errorf("%s: CPU not measured: %v, %v s per million", r.Agent.Name, r.CPU, r.CPUPerMillion)
+	}
+	if r.RSSSteady <= 1<<20 || r.RSSPeak < r.RSSSteady/2 {
+		t.Errorf("%s: RSS not measured: steady %d, peak %d", r.Agent.Name, r.RSSSteady, r.RSSPeak)
+	}
+	if math.IsNaN(r.LagP50) || r.LagP50 < -1 || r.FreshMax <= 0 {
+		t.Errorf("%s: lag not measured: p50 %v, freshness max %v", r.Agent.Name, r.LagP50, r.FreshMax)
+	}
+	if r.Rejected != 0 {
+		t.Errorf("%s: receiver rejected %d requests", r.Agent.Name, r.Rejected)
+	}
+	if r.Version == "" || r.Version == "n/a" {
+		t.Errorf("%s: no version", r.Agent.Name)
+	}
+}
+
+// TestSmokeShoal runs the harness for a few seconds against shoal, one
+// replica and a three-replica cluster, so the harness cannot rot.
+func TestSmokeShoal(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs shoal")
+	}
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, _ := filepath.Glob(filepath.Join(root, "cmd/shoal/*.go")); len(m) == 0 {
+		t.Skip("cmd/shoal does not exist yet")
+	}
+	bin := filepath.Join(t.TempDir(), "shoal")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/shoal")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/shoal: %v\n%s", err, out)
+	}
+	opts := smokeOptions(t)
+	results, err := Run(t.Context(), opts, []Agent{
+		{Name: "shoal", Kind: KindShoal, Binary: bin, Replicas: 1},
+		{Name: "shoal x3", Kind: KindShoal, Binary: bin, Replicas: 3},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(results) != 2 {
+		t.Fatalf("%d results", len(results))
+	}
+	for _, r := range results {
+		checkSane(t, r)
+	}
+	if results[1].Replicas != 3 {
+		t.Errorf("cluster result has %d replicas", results[1].Replicas)
+	}
+	rep := Report(results, opts, ThisMachine(), "go test", time.Now())
+	if !strings.Contains(rep, "| shoal x3 |") || strings.Contains(rep, "not measured") {
+		t.Errorf("report:\n%s", rep)
+	}
+	if t.Failed() {
+		for _, name := range []string{"shoal/shoal-0.log", "shoal x3/shoal-0.log"} {
+			b, _ := os.ReadFile(filepath.Join(opts.WorkDir, name))
+			t.Logf("%s:\n%s", name, tail(string(b), 30))
+		}
+	}
+}
+
+// TestSmokePeers runs the harness against the peers built by
+// bench/build-peers.sh. Opt-in (SHOAL_BENCH_PEERS=1): CI does not build them.
+func TestSmokePeers(t *testing.T) {
+	if os.Getenv("SHOAL_BENCH_PEERS") == "" {
+		t.Skip("set SHOAL_BENCH_PEERS=1 after bench/build-peers.sh to run")
+	}
+	cache := os.Getenv("SHOAL_BENCH_CACHE")
+	if cache == "" {
+		home, _ := os.UserHomeDir()
+		cache = filepath.Join(home, ".cache", "shoal-bench")
+	}
+	results, err := Run(t.Context(), smokeOptions(t), []Agent{
+		{Name: "prometheus --agent", Kind: KindPrometheus, Binary: filepath.Join(cache, "prometheus")},
+		{Name: "vmagent", Kind: KindVMAgent, Binary: filepath.Join(cache, "vmagent")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range results {
+		checkSane(t, r)
+	}
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
