@@ -356,7 +356,7 @@ func (a *appender) Commit() error {
 		return fmt.Errorf("wal: write: %w", err)
 	}
 	now := s.now()
-	s.noteWriteLocked(min(maxT, now.UnixMilli()), now)
+	s.noteWriteLocked(recs, min(maxT, now.UnixMilli()), now)
 	for _, ms := range a.newSeriesPtr {
 		if uint64(ms.ref) > s.maxLoggedRef.Load() {
 			s.maxLoggedRef.Store(uint64(ms.ref))
@@ -406,20 +406,30 @@ func (ms *memSeries) committed(t int64, v uint64, isFloat bool, now int64) {
 	ms.mu.Unlock()
 }
 
-// noteWriteLocked tracks which segment(s) the last write went to and the
-// newest sample timestamp in each. commitMu must be held.
-func (s *Storage) noteWriteLocked(maxT int64, now time.Time) {
+// noteWriteLocked tracks which segment(s) the last write (of recs) went to
+// and the newest sample timestamp in each. commitMu must be held.
+func (s *Storage) noteWriteLocked(recs [][]byte, maxT int64, now time.Time) {
 	before := s.curSeg
-	// wlog starts the next segment inside Log when a record does not fit;
-	// the only trace of that is the new file.
-	for {
-		if _, err := os.Stat(wlog.SegmentName(s.dir, s.curSeg+1)); err != nil {
-			break
+	// wlog starts the next segment inside Log when a record does not fit,
+	// and the only trace of that is the new file. Look for it only once the
+	// live segment may be nearly full: curSegBound is an upper bound of the
+	// bytes written to it (payload plus per-fragment headers and padding).
+	var written int64
+	for _, r := range recs {
+		written += int64(len(r)) + 13*(int64(len(r))/(pageSize-7)+2)
+	}
+	s.curSegBound += written
+	if s.curSegBound > int64(s.opts.SegmentSize)-s.rotationMargin() {
+		for {
+			if _, err := os.Stat(wlog.SegmentName(s.dir, s.curSeg+1)); err != nil {
+				break
+			}
+			s.curSeg++
 		}
-		s.curSeg++
 	}
 	if s.curSeg != before {
 		s.curSegStart = now
+		s.curSegBound = written
 		s.liveSegment.Store(int64(s.curSeg))
 	}
 	s.curSegUsed = true
@@ -431,6 +441,13 @@ func (s *Storage) noteWriteLocked(maxT int64, now time.Time) {
 			s.segMaxT[i] = maxT
 		}
 	}
+}
+
+// rotationMargin: while fewer bytes than this are free in the live segment
+// by our bound, a record might not fit and wlog might have rotated. wlog
+// reserves a 7-byte header on every remaining page when it checks the fit.
+func (s *Storage) rotationMargin() int64 {
+	return 8*int64(s.opts.SegmentSize/pageSize) + pageSize
 }
 
 // Rollback discards the batch. Series created by it stay known (without a

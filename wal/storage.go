@@ -48,6 +48,7 @@ type Storage struct {
 	curSeg      int           // commitMu: the live segment
 	curSegStart time.Time     // commitMu: when the live segment was started
 	curSegUsed  bool          // commitMu: records were written to the live segment
+	curSegBound int64         // commitMu: upper bound of the bytes in the live segment
 	segMaxT     map[int]int64 // commitMu: newest sample timestamp per segment
 
 	// truncMu serialises truncation passes (and Close with them).
@@ -262,6 +263,12 @@ func (r *replayer) read(rd *wlog.Reader, idx int, isSegment bool) error {
 		return &wlog.CorruptionErr{Err: fmt.Errorf("decode %s: %w", what, err), Segment: rd.Segment(), Offset: rd.Offset()}
 	}
 	maxT := int64(math.MinInt64)
+	defer func() {
+		// Also when the segment turns out damaged: what was read is in it.
+		if isSegment && maxT != math.MinInt64 {
+			r.s.segMaxT[idx] = maxT
+		}
+	}()
 	var err error
 	for rd.Next() {
 		rec := rd.Record()
@@ -319,9 +326,6 @@ func (r *replayer) read(rd *wlog.Reader, idx int, isSegment bool) error {
 			// types may come from a newer version and are skipped.
 		}
 	}
-	if isSegment && maxT != math.MinInt64 {
-		r.s.segMaxT[idx] = maxT
-	}
 	return rd.Err()
 }
 
@@ -370,8 +374,7 @@ func (r *replayer) resolve(ref chunks.HeadSeriesRef, idx int) *memSeries {
 	return r.s.series.getByRef(ref)
 }
 
-// sawSample records a replayed sample (single-threaded: no lock needed, but
-// taken for the race detector's peace of mind it costs little).
+// sawSample records a replayed sample.
 func (ms *memSeries) sawSample(t int64, v uint64, isFloat bool) {
 	ms.mu.Lock()
 	if t >= ms.lastTs {

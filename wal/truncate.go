@@ -41,7 +41,7 @@ func (s *Storage) truncate(now time.Time) error {
 			s.commitMu.Unlock()
 			return fmt.Errorf("wal: start next segment: %w", err)
 		}
-		s.curSeg, s.curSegStart, s.curSegUsed = seg, now, false
+		s.curSeg, s.curSegStart, s.curSegUsed, s.curSegBound = seg, now, false, 0
 		s.liveSegment.Store(int64(seg))
 	}
 	live := s.curSeg
