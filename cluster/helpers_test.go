@@ -158,8 +158,8 @@ type dnsServer struct {
 	addr string
 	srv  *dns.Server
 
-	mu  sync.Mutex
-	a   map[string][]string // fqdn -> IPv4s
+	mu   sync.Mutex
+	a    map[string][]string // fqdn -> IPv4s
 	srvs map[string][]*net.SRV
 }
 

@@ -17,9 +17,10 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 )
 
-// stateBroadcastTimeout bounds how long SetState waits for its update to be
-// gossiped before returning; the update stays queued either way.
-const stateBroadcastTimeout = 5 * time.Second
+// queueOnly is the UpdateNode timeout SetState uses: memberlist queues the
+// update before it starts waiting, and under a join storm the wait for
+// delivery can take seconds, which SetState's callers should not pay.
+const queueOnly = time.Nanosecond
 
 // Peer is one alive member of the cluster as seen by this node.
 type Peer struct {
@@ -300,8 +301,8 @@ func (n *Node) alone() bool {
 	return len(n.peers) == 0
 }
 
-// SetState changes this node's state and gossips it. It waits a bounded
-// time for the update to go out; a node cannot leave Terminating.
+// SetState changes this node's state and queues the change for gossip; it
+// does not wait for delivery. A node cannot leave Terminating.
 func (n *Node) SetState(s State) error {
 	if !s.valid() {
 		return fmt.Errorf("cluster: invalid node state %d", int(s))
@@ -326,10 +327,8 @@ func (n *Node) SetState(s State) error {
 	n.afterChange()
 	if ml != nil && !left {
 		n.metrics.broadcasts.WithLabelValues("update").Inc()
-		if err := ml.UpdateNode(stateBroadcastTimeout); err != nil {
-			// The update stays queued and goes out with later gossip.
-			n.logger.Debug("state update not yet gossiped", "state", s, "err", err)
-		}
+		// The only error is the (expected) timeout of the delivery wait.
+		_ = ml.UpdateNode(queueOnly)
 	}
 	return nil
 }
