@@ -36,7 +36,7 @@ func main() {
 	)
 	app := kingpin.New("harness", "Side-by-side benchmark of shoal, Prometheus agent mode and vmagent, plus ring and gossip simulations.")
 	app.HelpFlag.Short('h')
-	app.Flag("targets", "Number of load-generator targets.").Default("500").IntVar(&opts.Load.Targets)
+	app.Flag("targets", "Number of load-generator targets.").Default("1000").IntVar(&opts.Load.Targets)
 	app.Flag("series", "Series per small target.").Default("200").IntVar(&opts.Load.Series)
 	app.Flag("skew", "Large targets expose this many times more series (0: uniform).").Default("20").Float64Var(&opts.Load.Skew)
 	app.Flag("large-fraction", "Share of large targets.").Default("0.02").Float64Var(&opts.Load.LargeFraction)
