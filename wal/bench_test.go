@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -100,4 +101,53 @@ func BenchmarkAppendNewSeries(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkAppendParallel runs one scrape-like appender per goroutine (each
+// with its own 1k series) against one WAL, as concurrent scrape loops do.
+func BenchmarkAppendParallel(b *testing.B) {
+	const seriesPerBatch = 1000
+	var worker atomic.Int64
+	run := func(b *testing.B, app func() storage.AppenderV2) {
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			series := makeSeries(seriesPerBatch, fmt.Sprintf("worker_%d", worker.Add(1)))
+			refs := make([]storage.SeriesRef, len(series))
+			ts := time.Now().UnixMilli()
+			for pb.Next() {
+				a := app()
+				for i, ls := range series {
+					ref, err := a.Append(refs[i], ls, 0, ts, float64(i), nil, nil, storage.AOptions{})
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					refs[i] = ref
+				}
+				if err := a.Commit(); err != nil {
+					b.Error(err)
+					return
+				}
+				ts += 15000
+			}
+		})
+	}
+	b.Run("shoal", func(b *testing.B) {
+		s, err := Open(filepath.Join(b.TempDir(), "wal"), Options{Compression: compression.Snappy}, nil, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer s.Close()
+		run(b, func() storage.AppenderV2 { return s.AppenderV2(context.Background()) })
+	})
+	b.Run("prometheus-agent", func(b *testing.B) {
+		opts := agent.DefaultOptions()
+		opts.WALCompression = compression.Snappy
+		db, err := agent.Open(slog.New(slog.DiscardHandler), nil, nil, b.TempDir(), opts)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer db.Close()
+		run(b, func() storage.AppenderV2 { return db.AppenderV2(context.Background()) })
+	})
 }
