@@ -1,0 +1,101 @@
+package remotewrite
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// progressVersion is the format version written into every progress file.
+const progressVersion = 1
+
+// position is a place in the WAL: a segment number and a byte offset inside
+// it. A position means "every record that ends at or before Offset in Segment,
+// and every record of an earlier segment, is done".
+type position struct {
+	Segment int
+	Offset  int64
+}
+
+func (p position) less(o position) bool {
+	return p.Segment < o.Segment || (p.Segment == o.Segment && p.Offset < o.Offset)
+}
+
+// progressFile is the JSON document stored in <progressDir>/<queue>.json.
+type progressFile struct {
+	Version int    `json:"version"`
+	Queue   string `json:"queue"`
+	// URL is informational (password redacted); the queue name is the identity.
+	URL       string    `json:"url"`
+	Segment   int       `json:"segment"`
+	Offset    int64     `json:"offset"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// readProgress loads a progress file. found is false (with no error) when the
+// file does not exist.
+func readProgress(path string) (pos position, found bool, err error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return position{}, false, nil
+	}
+	if err != nil {
+		return position{}, false, err
+	}
+	var pf progressFile
+	if err := json.Unmarshal(b, &pf); err != nil {
+		return position{}, false, fmt.Errorf("parse progress file %s: %w", path, err)
+	}
+	if pf.Version != progressVersion {
+		return position{}, false, fmt.Errorf("progress file %s: unsupported version %d", path, pf.Version)
+	}
+	if pf.Segment < 0 || pf.Offset < 0 {
+		return position{}, false, fmt.Errorf("progress file %s: negative position %d/%d", path, pf.Segment, pf.Offset)
+	}
+	return position{Segment: pf.Segment, Offset: pf.Offset}, true, nil
+}
+
+// writeProgress replaces the progress file atomically: write a temp file in
+// the same directory, fsync it, rename it over the old one, fsync the
+// directory. A crash leaves either the old or the new content, never a mix.
+func writeProgress(path string, pf progressFile) error {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(pf, "", "  ")
+	if err != nil {
+		return err
+	}
+	b = append(b, '\n')
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return err
+	}
+	tmpName := tmp.Name()
+	defer os.Remove(tmpName) // no-op after a successful rename
+	if _, err := tmp.Write(b); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmpName, path); err != nil {
+		return err
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}

@@ -1,0 +1,634 @@
+package remotewrite
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/prometheus/model/histogram"
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/model/relabel"
+	"github.com/prometheus/prometheus/prompb"
+	"github.com/prometheus/prometheus/storage/remote"
+	"github.com/prometheus/prometheus/tsdb/chunks"
+	"github.com/prometheus/prometheus/tsdb/record"
+)
+
+// Tunables that are not part of the Prometheus configuration. Variables so
+// that tests can shorten them.
+var (
+	// pollInterval is how often a queue looks at the WAL without a Notify.
+	pollInterval = 500 * time.Millisecond
+	// persistInterval is the least time between two progress file writes.
+	persistInterval = time.Second
+)
+
+// settings is the resolved queue_config and related parts of one
+// remote_write entry.
+type settings struct {
+	capacity, minShards, maxShards, maxPerSend int
+	deadline, minBackoff, maxBackoff           time.Duration
+
+	sendExemplars, sendHistograms, sendMetadata bool
+
+	externalLabels labels.Labels
+	relabel        []*relabel.Config
+}
+
+// itemKind says which field of an item is set.
+type itemKind uint8
+
+const (
+	kindSample itemKind = iota
+	kindHistogram
+	kindFloatHistogram
+	kindExemplar
+)
+
+// item is one sample, histogram or exemplar read from the WAL, with the
+// final (external + relabelled) labels of its series.
+type item struct {
+	ref    chunks.HeadSeriesRef
+	kind   itemKind
+	t      int64
+	v      float64
+	lbls   labels.Labels
+	h      *histogram.Histogram
+	fh     *histogram.FloatHistogram
+	exLbls labels.Labels
+}
+
+// chunk is what the queue read from the WAL and has not sent yet.
+type chunk struct {
+	items                          []item
+	metadata                       []prompb.MetricMetadata
+	samples, histograms, exemplars int
+	first                          time.Time // when the first item was added
+	end                            position  // reader position after the last record read into it
+}
+
+func (c *chunk) n() int { return len(c.items) + len(c.metadata) }
+
+func (c *chunk) reset() {
+	clear(c.items) // let label strings and histograms be collected
+	c.items = c.items[:0]
+	c.metadata = nil
+	c.samples, c.histograms, c.exemplars = 0, 0, 0
+}
+
+// counts is how much of each kind a request carries.
+type counts struct {
+	samples, histograms, exemplars, metadata int
+	maxT                                     int64
+}
+
+// seriesEntry is what the queue keeps per series ref.
+type seriesEntry struct {
+	lbls    labels.Labels // final labels; empty when dropped
+	dropped bool          // write_relabel_configs dropped it
+	seg     int           // last segment (or checkpoint index) that defined it
+}
+
+// queue sends the WAL to one remote_write endpoint. One goroutine (run) owns
+// the reader, the series cache and the position; during a round it starts
+// one goroutine per shard and waits for all of them.
+type queue struct {
+	name, url    string // url is redacted
+	logger       *slog.Logger
+	spec         *spec
+	s            settings
+	client       remote.WriteClient
+	m            *queueMetrics
+	progressPath string
+
+	reader *walReader
+	dec    record.Decoder
+	lb     *labels.Builder
+	series map[chunks.HeadSeriesRef]seriesEntry
+
+	saved      position // from the progress file
+	savedFound bool
+	acked      position // everything before is acknowledged or dropped
+	persisted  position // last position written to the progress file
+	lastWrite  time.Time
+	pendingSeg atomic.Int64 // segment of persisted, for PendingSegment
+
+	notify   chan struct{}
+	drain    chan struct{} // closed by stop: send what is there and exit
+	stopOnce sync.Once
+	started  bool
+	cancel   context.CancelFunc
+	done     chan struct{}
+
+	// decode buffers, reused.
+	bufSeries  []record.RefSeries
+	bufSamples []record.RefSample
+	bufHist    []record.RefHistogramSample
+	bufFHist   []record.RefFloatHistogramSample
+	bufEx      []record.RefExemplar
+	bufMeta    []record.RefMetadata
+}
+
+func newQueue(sp *spec, walDir, progressDir string, client remote.WriteClient, m *metrics, logger *slog.Logger) *queue {
+	q := &queue{
+		name:         sp.name,
+		url:          sp.redactedURL,
+		logger:       logger.With("remote_name", sp.name, "url", sp.redactedURL),
+		spec:         sp,
+		s:            sp.settings,
+		client:       client,
+		m:            m.forQueue(sp.name, sp.metricURL),
+		progressPath: filepath.Join(progressDir, sp.name+".json"),
+		dec:          record.NewDecoder(labels.NewSymbolTable(), logger),
+		lb:           labels.NewBuilder(labels.EmptyLabels()),
+		series:       map[chunks.HeadSeriesRef]seriesEntry{},
+		notify:       make(chan struct{}, 1),
+		drain:        make(chan struct{}),
+		done:         make(chan struct{}),
+	}
+	q.reader = newWALReader(walDir, q.logger)
+	q.reader.replayFn = func(rec []byte, seg int) { q.handleRecord(rec, seg, false, nil) }
+	q.reader.gcFn = q.gcSeries
+	q.reader.skipFn = func(n int) { q.m.segmentsSkipped.Add(float64(n)) }
+	q.reader.errFn = q.m.walReadErrors.Inc
+
+	pos, found, err := readProgress(q.progressPath)
+	if err != nil {
+		// Starting over resends data (duplicates) but loses nothing.
+		q.logger.Error("Unreadable remote-write progress file; starting at the first WAL segment", "file", q.progressPath, "err", err)
+		q.m.pwErrs.Inc()
+	}
+	q.saved, q.savedFound = pos, found
+	q.acked, q.persisted = pos, pos
+	// Until the reader knows better, hold on to everything from the saved
+	// segment on (or the whole WAL for a queue that never ran).
+	q.pendingSeg.Store(int64(pos.Segment))
+	q.m.progressSegment.Set(float64(pos.Segment))
+	q.m.progressOffset.Set(float64(pos.Offset))
+
+	q.m.shardsMin.Set(float64(q.s.minShards))
+	q.m.shardsMax.Set(float64(q.s.maxShards))
+	q.m.shards.Set(float64(q.s.minShards))
+	q.m.shardsDesired.Set(float64(q.s.minShards))
+	q.m.shardCap.Set(float64(q.s.capacity))
+	q.m.maxPerSend.Set(float64(q.s.maxPerSend))
+	return q
+}
+
+// start runs the queue until parent is done or stop is called. The caller
+// holds the manager lock.
+func (q *queue) start(parent context.Context) {
+	if q.started {
+		return
+	}
+	q.started = true
+	ctx, cancel := context.WithCancel(parent)
+	q.cancel = cancel
+	go q.run(ctx)
+}
+
+// stop makes the queue send what it has (reading the WAL to its current end)
+// for at most flushDeadline, persist its progress and exit.
+func (q *queue) stop(flushDeadline time.Duration) {
+	q.stopOnce.Do(func() { close(q.drain) })
+	if !q.started {
+		return
+	}
+	t := time.AfterFunc(flushDeadline, q.cancel)
+	<-q.done
+	t.Stop()
+	q.cancel()
+}
+
+func (q *queue) wake() {
+	select {
+	case q.notify <- struct{}{}:
+	default:
+	}
+}
+
+func (q *queue) run(ctx context.Context) {
+	defer close(q.done)
+	defer q.reader.close()
+	defer q.persist()
+
+	poll := time.NewTicker(pollInterval)
+	defer poll.Stop()
+
+	draining := false
+	wait := func(extra <-chan time.Time) bool {
+		var drainC <-chan struct{}
+		if !draining {
+			drainC = q.drain
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-drainC:
+			draining = true
+		case <-q.notify:
+		case <-poll.C:
+		case <-extra:
+		}
+		return true
+	}
+
+	// Open: cache series of the checkpoint and of segments before the saved
+	// position. Retry until the WAL exists.
+	logged := false
+	for {
+		start, err := q.reader.open(ctx, q.saved, q.savedFound)
+		if err == nil {
+			q.acked = start
+			q.logger.Info("Remote-write queue started", "segment", start.Segment, "offset", start.Offset, "series", len(q.series))
+			break
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if !logged || !errors.Is(err, errNoSegments) {
+			q.logger.Warn("Cannot open the WAL yet; retrying", "err", err)
+			logged = true
+		}
+		if !wait(nil) || draining {
+			return
+		}
+	}
+
+	shards := q.s.minShards
+	c := &chunk{}
+	var lastErr string
+	for {
+		limit := shards * max(q.s.capacity, q.s.maxPerSend)
+		full, rerr := q.fill(ctx, c, limit)
+		if rerr != nil {
+			if msg := rerr.Error(); msg != lastErr {
+				q.logger.Warn("Error reading the WAL; retrying", "err", rerr)
+				lastErr = msg
+			}
+		} else {
+			lastErr = ""
+		}
+		q.m.samplesPending.Set(float64(c.samples))
+		q.m.histogramsPending.Set(float64(c.histograms))
+		q.m.exemplarsPending.Set(float64(c.exemplars))
+
+		if c.n() > 0 && (full || draining || c.n() >= shards*q.s.maxPerSend || time.Since(c.first) >= q.s.deadline) {
+			ok, retried := q.sendChunk(ctx, c, shards)
+			if !ok {
+				return // cancelled: c stays unacknowledged and is read again next time
+			}
+			q.acked = c.end
+			c.reset()
+			q.m.samplesPending.Set(0)
+			q.m.histogramsPending.Set(0)
+			q.m.exemplarsPending.Set(0)
+			shards = q.reshard(shards, full, retried)
+			q.maybePersist()
+			continue
+		}
+		if c.n() == 0 {
+			// Everything read so far is done (series records, dropped data).
+			q.acked = c.end
+		}
+		if draining && c.n() == 0 {
+			return
+		}
+		if draining && rerr != nil {
+			return // cannot read further; what is acknowledged is persisted
+		}
+		q.maybePersist()
+
+		var timer *time.Timer
+		var timerC <-chan time.Time
+		if d := q.nextWakeup(c); d > 0 {
+			timer = time.NewTimer(d)
+			timerC = timer.C
+		}
+		ok := wait(timerC)
+		if timer != nil {
+			timer.Stop()
+		}
+		if !ok {
+			return
+		}
+	}
+}
+
+// nextWakeup is how long the loop may sleep before a batch deadline or a
+// pending progress write is due (0: no such event).
+func (q *queue) nextWakeup(c *chunk) time.Duration {
+	var d time.Duration
+	if c.n() > 0 {
+		d = max(time.Until(c.first.Add(q.s.deadline)), time.Millisecond)
+	}
+	if q.acked != q.persisted {
+		pd := max(time.Until(q.lastWrite.Add(persistInterval)), time.Millisecond)
+		if d == 0 || pd < d {
+			d = pd
+		}
+	}
+	return d
+}
+
+// reshard picks the shard count for the next round: double while the queue
+// is behind (the round was cut by size, not by the end of the WAL) and sends
+// go through without retries; halve once it has caught up.
+func (q *queue) reshard(cur int, behind, retried bool) int {
+	next := cur
+	switch {
+	case behind && !retried:
+		next = min(cur*2, q.s.maxShards)
+	case !behind:
+		next = max(cur/2, q.s.minShards)
+	}
+	if next != cur {
+		q.logger.Debug("Resharding", "from", cur, "to", next)
+		q.m.shards.Set(float64(next))
+		q.m.shardsDesired.Set(float64(next))
+	}
+	return next
+}
+
+// fill reads records into c until it holds limit items or the WAL has no
+// more for now. full reports that the limit was hit.
+func (q *queue) fill(ctx context.Context, c *chunk, limit int) (full bool, err error) {
+	defer func() { c.end = q.reader.pos() }()
+	for c.n() < limit {
+		if ctx.Err() != nil {
+			return false, nil
+		}
+		rec, seg, sendable, err := q.reader.next(ctx)
+		if err != nil {
+			return false, err
+		}
+		if rec == nil {
+			return false, nil
+		}
+		q.handleRecord(rec, seg, sendable, c)
+	}
+	return true, nil
+}
+
+// persist writes the acknowledged position if it moved.
+func (q *queue) persist() {
+	if q.acked == q.persisted {
+		return
+	}
+	pos := q.acked
+	err := writeProgress(q.progressPath, progressFile{
+		Version:   progressVersion,
+		Queue:     q.name,
+		URL:       q.url,
+		Segment:   pos.Segment,
+		Offset:    pos.Offset,
+		UpdatedAt: time.Now().UTC(),
+	})
+	q.lastWrite = time.Now()
+	if err != nil {
+		q.m.pwErrs.Inc()
+		q.logger.Error("Cannot write remote-write progress file", "file", q.progressPath, "err", err)
+		return
+	}
+	q.persisted = pos
+	q.pendingSeg.Store(int64(pos.Segment))
+	q.m.progressSegment.Set(float64(pos.Segment))
+	q.m.progressOffset.Set(float64(pos.Offset))
+}
+
+func (q *queue) maybePersist() {
+	if q.acked != q.persisted && time.Since(q.lastWrite) >= persistInterval {
+		q.persist()
+	}
+}
+
+// storeSeries caches the final labels of new series.
+func (q *queue) storeSeries(series []record.RefSeries, seg int) {
+	for _, s := range series {
+		q.lb.Reset(s.Labels)
+		// Series labels win over external labels, as in Prometheus.
+		q.s.externalLabels.Range(func(l labels.Label) {
+			if q.lb.Get(l.Name) == "" {
+				q.lb.Set(l.Name, l.Value)
+			}
+		})
+		keep := relabel.ProcessBuilder(q.lb, q.s.relabel...)
+		e := seriesEntry{seg: seg}
+		if keep {
+			e.lbls = q.lb.Labels()
+			keep = !e.lbls.IsEmpty()
+		}
+		e.dropped = !keep
+		if !keep {
+			e.lbls = labels.EmptyLabels()
+		}
+		q.series[s.Ref] = e
+	}
+	q.m.seriesCached.Set(float64(len(q.series)))
+}
+
+// gcSeries forgets series that the WAL no longer has: defined before the
+// checkpoint cpIndex and not carried into it.
+func (q *queue) gcSeries(cpIndex int) {
+	n := 0
+	for ref, e := range q.series {
+		if e.seg < cpIndex {
+			delete(q.series, ref)
+			n++
+		}
+	}
+	q.m.seriesCached.Set(float64(len(q.series)))
+	if n > 0 {
+		q.logger.Debug("Forgot series gone from the WAL", "checkpoint", cpIndex, "series", n, "remaining", len(q.series))
+	}
+}
+
+// lookup returns the labels of ref, counting a drop when there are none.
+func (q *queue) lookup(ref chunks.HeadSeriesRef, dropped func(reason string)) (labels.Labels, bool) {
+	e, ok := q.series[ref]
+	switch {
+	case !ok:
+		dropped(reasonUnknownSeries)
+		return labels.EmptyLabels(), false
+	case e.dropped:
+		dropped(reasonDroppedSeries)
+		return labels.EmptyLabels(), false
+	}
+	return e.lbls, true
+}
+
+func (q *queue) decodeErr(typ record.Type, err error) {
+	q.m.walReadErrors.Inc()
+	q.logger.Warn("Cannot decode WAL record; skipping it", "type", typ.String(), "err", err)
+}
+
+// handleRecord decodes one WAL record. Series and metadata are always
+// cached; data is added to c only when sendable.
+func (q *queue) handleRecord(rec []byte, seg int, sendable bool, c *chunk) {
+	typ := q.dec.Type(rec)
+	var err error
+	switch typ {
+	case record.Series:
+		q.bufSeries, err = q.dec.Series(rec, q.bufSeries[:0])
+		if err != nil {
+			q.decodeErr(typ, err)
+			return
+		}
+		q.storeSeries(q.bufSeries, seg)
+		clear(q.bufSeries)
+
+	case record.Samples, record.SamplesV2:
+		if !sendable {
+			return
+		}
+		q.bufSamples, err = q.dec.Samples(rec, q.bufSamples[:0])
+		if err != nil {
+			q.decodeErr(typ, err)
+			return
+		}
+		for _, s := range q.bufSamples {
+			q.observeRead(s.T)
+			lbls, ok := q.lookup(s.Ref, func(r string) { q.m.samplesDropped.WithLabelValues(r).Inc() })
+			if !ok {
+				continue
+			}
+			c.add(item{ref: s.Ref, kind: kindSample, t: s.T, v: s.V, lbls: lbls})
+			c.samples++
+		}
+
+	case record.HistogramSamples, record.CustomBucketsHistogramSamples, record.HistogramSamplesV2:
+		if !sendable || !q.s.sendHistograms {
+			return
+		}
+		q.bufHist, err = q.dec.HistogramSamples(rec, q.bufHist[:0])
+		if err != nil {
+			q.decodeErr(typ, err)
+			return
+		}
+		for _, h := range q.bufHist {
+			q.observeRead(h.T)
+			lbls, ok := q.lookup(h.Ref, func(r string) { q.m.histogramsDropped.WithLabelValues(r).Inc() })
+			if !ok {
+				continue
+			}
+			c.add(item{ref: h.Ref, kind: kindHistogram, t: h.T, h: h.H, lbls: lbls})
+			c.histograms++
+		}
+		clear(q.bufHist)
+
+	case record.FloatHistogramSamples, record.CustomBucketsFloatHistogramSamples, record.FloatHistogramSamplesV2:
+		if !sendable || !q.s.sendHistograms {
+			return
+		}
+		q.bufFHist, err = q.dec.FloatHistogramSamples(rec, q.bufFHist[:0])
+		if err != nil {
+			q.decodeErr(typ, err)
+			return
+		}
+		for _, h := range q.bufFHist {
+			q.observeRead(h.T)
+			lbls, ok := q.lookup(h.Ref, func(r string) { q.m.histogramsDropped.WithLabelValues(r).Inc() })
+			if !ok {
+				continue
+			}
+			c.add(item{ref: h.Ref, kind: kindFloatHistogram, t: h.T, fh: h.FH, lbls: lbls})
+			c.histograms++
+		}
+		clear(q.bufFHist)
+
+	case record.Exemplars:
+		if !sendable || !q.s.sendExemplars {
+			return
+		}
+		q.bufEx, err = q.dec.Exemplars(rec, q.bufEx[:0])
+		if err != nil {
+			q.decodeErr(typ, err)
+			return
+		}
+		for _, e := range q.bufEx {
+			lbls, ok := q.lookup(e.Ref, func(r string) { q.m.exemplarsDropped.WithLabelValues(r).Inc() })
+			if !ok {
+				continue
+			}
+			c.add(item{ref: e.Ref, kind: kindExemplar, t: e.T, v: e.V, lbls: lbls, exLbls: e.Labels})
+			c.exemplars++
+		}
+		clear(q.bufEx)
+
+	case record.Metadata:
+		if !sendable || !q.s.sendMetadata {
+			return
+		}
+		q.bufMeta, err = q.dec.Metadata(rec, q.bufMeta[:0])
+		if err != nil {
+			q.decodeErr(typ, err)
+			return
+		}
+		for _, md := range q.bufMeta {
+			e, ok := q.series[md.Ref]
+			if !ok || e.dropped {
+				continue
+			}
+			c.addMetadata(metricFamilyMetadata(e.lbls, md))
+		}
+
+	case record.Unknown:
+		q.m.walReadErrors.Inc()
+
+	default:
+		// Tombstones, mmap markers, min-valid-time: nothing to send.
+	}
+}
+
+func (q *queue) observeRead(t int64) {
+	sec := float64(t) / 1000
+	q.m.highestRead.set(sec)
+	q.m.parent.observeHighest(sec)
+}
+
+func (c *chunk) add(it item) {
+	if c.n() == 0 {
+		c.first = time.Now()
+	}
+	c.items = append(c.items, it)
+}
+
+func (c *chunk) addMetadata(md prompb.MetricMetadata) {
+	for _, o := range c.metadata {
+		if o.MetricFamilyName == md.MetricFamilyName {
+			return
+		}
+	}
+	if c.n() == 0 {
+		c.first = time.Now()
+	}
+	c.metadata = append(c.metadata, md)
+}
+
+// metricFamilyMetadata turns a WAL metadata record into remote-write 1.0
+// metadata, keyed by metric family (the series name without the suffixes
+// that classic histograms and summaries add).
+func metricFamilyMetadata(lbls labels.Labels, md record.RefMetadata) prompb.MetricMetadata {
+	mt := record.ToMetricType(md.Type)
+	name := lbls.Get(labels.MetricName)
+	switch mt {
+	case "histogram", "gaugehistogram", "summary":
+		for _, suf := range []string{"_bucket", "_sum", "_count"} {
+			if s, ok := strings.CutSuffix(name, suf); ok {
+				name = s
+				break
+			}
+		}
+	}
+	return prompb.MetricMetadata{
+		Type:             prompb.FromMetadataType(mt),
+		MetricFamilyName: name,
+		Help:             md.Help,
+		Unit:             md.Unit,
+	}
+}

@@ -1,0 +1,270 @@
+package remotewrite
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+
+	"github.com/prometheus/prometheus/tsdb/record"
+	"github.com/prometheus/prometheus/tsdb/wlog"
+)
+
+// errNoSegments means the WAL directory holds no segment yet.
+var errNoSegments = errors.New("WAL has no segments yet")
+
+// walReader tails a tsdb/wlog directory from a given position. It is owned by
+// one queue goroutine and is not safe for concurrent use.
+//
+// Unlike wlog.Watcher it never skips data: it starts at a saved position, and
+// only records that end at or before that position are treated as already
+// done (the caller still sees them, flagged not sendable, so that their series
+// records are cached).
+type walReader struct {
+	dir    string
+	logger *slog.Logger
+	lrm    *wlog.LiveReaderMetrics
+
+	// replayFn receives every record read only for its series and metadata:
+	// checkpoint contents and segments before the start position. seg is the
+	// segment (or checkpoint index) the record came from.
+	replayFn func(rec []byte, seg int)
+	// gcFn is called after the series of checkpoint cpIndex were re-read:
+	// series last seen before cpIndex are gone from the WAL and can be dropped.
+	gcFn func(cpIndex int)
+	// skipFn is called when n segments were lost (deleted or unreadable)
+	// before the reader got to them.
+	skipFn func(n int)
+	// errFn counts read and decode problems.
+	errFn func()
+
+	seg       int
+	file      *wlog.Segment
+	lr        *wlog.LiveReader
+	sealed    bool  // a later segment exists: the next EOF is the end of seg
+	skipUntil int64 // records of seg ending at or before this offset are done
+	cpIndex   int   // index of the newest checkpoint whose series were read, -1 for none
+}
+
+func newWALReader(dir string, logger *slog.Logger) *walReader {
+	return &walReader{
+		dir:      dir,
+		logger:   logger,
+		lrm:      wlog.NewLiveReaderMetrics(nil),
+		cpIndex:  -1,
+		replayFn: func([]byte, int) {},
+		gcFn:     func(int) {},
+		skipFn:   func(int) {},
+		errFn:    func() {},
+	}
+}
+
+// open prepares reading from start (or from the first segment when found is
+// false): it reads the series of the newest checkpoint and of every segment
+// before start. It returns the position reading really starts at, which
+// differs from start when the WAL no longer has start's segment.
+func (r *walReader) open(ctx context.Context, start position, found bool) (position, error) {
+	first, last, err := wlog.Segments(r.dir)
+	if err != nil {
+		return position{}, fmt.Errorf("list WAL segments in %s: %w", r.dir, err)
+	}
+	if last < 0 {
+		return position{}, errNoSegments
+	}
+	if err := r.loadCheckpoint(ctx, false); err != nil {
+		r.errFn()
+		r.logger.Warn("Could not read WAL checkpoint; series defined only there will be unknown", "err", err)
+	}
+	switch {
+	case !found:
+		start = position{Segment: first}
+	case start.Segment < first:
+		r.logger.Warn("Saved remote-write position is in a segment the WAL already deleted; starting at the first segment, data in between is lost",
+			"saved_segment", start.Segment, "first_segment", first)
+		r.skipFn(first - start.Segment)
+		start = position{Segment: first}
+	case start.Segment > last:
+		r.logger.Warn("Saved remote-write position is beyond the end of the WAL (was the WAL removed or repaired?); starting at the first segment",
+			"saved_segment", start.Segment, "last_segment", last)
+		start = position{Segment: first}
+	}
+	for s := first; s < start.Segment; s++ {
+		if err := ctx.Err(); err != nil {
+			return position{}, err
+		}
+		if err := r.replaySegment(ctx, r.dir, s, s); err != nil {
+			r.errFn()
+			r.logger.Warn("Error reading series from WAL segment; series defined after the error are unknown", "segment", s, "err", err)
+		}
+	}
+	r.closeSegment()
+	r.seg = start.Segment
+	r.skipUntil = start.Offset
+	r.sealed = false
+	return start, nil
+}
+
+// replaySegment feeds every record of one complete segment to replayFn.
+func (r *walReader) replaySegment(ctx context.Context, dir string, idx, seg int) error {
+	sf, err := wlog.OpenReadSegment(wlog.SegmentName(dir, idx))
+	if err != nil {
+		return err
+	}
+	defer sf.Close()
+	lr := wlog.NewLiveReader(r.logger, r.lrm, sf)
+	for lr.Next() {
+		r.replayFn(lr.Record(), seg)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+	if err := lr.Err(); err != nil && !errors.Is(err, io.EOF) {
+		return err
+	}
+	return nil
+}
+
+// loadCheckpoint reads the series of the newest checkpoint if it is newer
+// than the last one read. With gc set, it only does so once the reader is
+// past the checkpoint's segments, and then lets the caller forget series the
+// checkpoint no longer holds.
+func (r *walReader) loadCheckpoint(ctx context.Context, gc bool) error {
+	dir, idx, err := wlog.LastCheckpoint(r.dir)
+	if errors.Is(err, record.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if idx <= r.cpIndex {
+		return nil
+	}
+	// Series of segments we have not read yet may be missing from the
+	// checkpoint while still referenced there: wait until we are past it.
+	if gc && idx >= r.seg {
+		return nil
+	}
+	first, last, err := wlog.Segments(dir)
+	if err != nil {
+		return fmt.Errorf("list checkpoint %s: %w", dir, err)
+	}
+	for s := first; s >= 0 && s <= last; s++ {
+		if err := r.replaySegment(ctx, dir, s, idx); err != nil {
+			return fmt.Errorf("read checkpoint %s: %w", dir, err)
+		}
+	}
+	r.cpIndex = idx
+	if gc {
+		r.gcFn(idx)
+	}
+	return nil
+}
+
+// pos returns the position after the last record returned by next.
+func (r *walReader) pos() position {
+	off := r.skipUntil
+	if r.lr != nil && r.lr.Offset() > off {
+		off = r.lr.Offset()
+	}
+	return position{Segment: r.seg, Offset: off}
+}
+
+func (r *walReader) closeSegment() {
+	if r.file != nil {
+		r.file.Close()
+	}
+	r.file, r.lr = nil, nil
+}
+
+// advance moves to the start of segment s.
+func (r *walReader) advance(ctx context.Context, s int) {
+	r.closeSegment()
+	r.seg, r.skipUntil, r.sealed = s, 0, false
+	if err := r.loadCheckpoint(ctx, true); err != nil {
+		r.logger.Debug("Could not read new WAL checkpoint for series garbage collection", "err", err)
+	}
+}
+
+func (r *walReader) openCurrent(ctx context.Context) error {
+	first, last, err := wlog.Segments(r.dir)
+	if err != nil {
+		return fmt.Errorf("list WAL segments in %s: %w", r.dir, err)
+	}
+	if last < 0 {
+		return errNoSegments
+	}
+	if r.seg < first {
+		r.logger.Warn("WAL segments were deleted before remote write read them; data in them is lost",
+			"from_segment", r.seg, "first_segment", first)
+		r.skipFn(first - r.seg)
+		r.seg, r.skipUntil, r.sealed = first, 0, false
+		// The checkpoint holds the series of what was deleted.
+		if err := r.loadCheckpoint(ctx, false); err != nil {
+			r.errFn()
+			r.logger.Warn("Could not read WAL checkpoint", "err", err)
+		}
+	}
+	if r.seg > last {
+		return fmt.Errorf("WAL segment %d does not exist yet (last is %d)", r.seg, last)
+	}
+	sf, err := wlog.OpenReadSegment(wlog.SegmentName(r.dir, r.seg))
+	if err != nil {
+		return err
+	}
+	r.file = sf
+	r.lr = wlog.NewLiveReader(r.logger, r.lrm, sf)
+	return nil
+}
+
+// next returns the next record and the segment it is in. sendable is false
+// for records at or before the start position, which were sent before. A nil
+// record with a nil error means the reader is at the end of the WAL for now.
+func (r *walReader) next(ctx context.Context) (rec []byte, seg int, sendable bool, err error) {
+	for {
+		if r.lr == nil {
+			if err := r.openCurrent(ctx); err != nil {
+				return nil, 0, false, err
+			}
+		}
+		if r.lr.Next() {
+			return r.lr.Record(), r.seg, r.lr.Offset() > r.skipUntil, nil
+		}
+		lerr := r.lr.Err()
+		if lerr != nil && !errors.Is(lerr, io.EOF) {
+			r.errFn()
+			_, last, serr := wlog.Segments(r.dir)
+			if serr == nil && last > r.seg {
+				// A complete segment is corrupt from here on: what follows is
+				// unreadable for anyone. Move on rather than stall forever.
+				r.logger.Error("Corrupt WAL segment; skipping the rest of it", "segment", r.seg, "offset", r.pos().Offset, "err", lerr)
+				r.skipFn(1)
+				r.advance(ctx, r.seg+1)
+				continue
+			}
+			// The live segment: possibly a record caught mid-write. Re-read
+			// from the start later, skipping what was already handled.
+			p := r.pos()
+			r.closeSegment()
+			r.skipUntil = p.Offset
+			return nil, 0, false, fmt.Errorf("read WAL segment %d at offset %d: %w", p.Segment, p.Offset, lerr)
+		}
+		if r.sealed {
+			r.advance(ctx, r.seg+1)
+			continue
+		}
+		_, last, serr := wlog.Segments(r.dir)
+		if serr != nil {
+			return nil, 0, false, fmt.Errorf("list WAL segments in %s: %w", r.dir, serr)
+		}
+		if last > r.seg {
+			// The writer has moved on, so seg is complete; read it to its end
+			// once more (it may have grown since our EOF) and then advance.
+			r.sealed = true
+			continue
+		}
+		return nil, 0, false, nil
+	}
+}
+
+func (r *walReader) close() { r.closeSegment() }
