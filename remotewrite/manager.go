@@ -75,7 +75,6 @@ func NewManager(walDir, progressDir string, logger *slog.Logger, reg prometheus.
 type spec struct {
 	name        string
 	redactedURL string
-	metricURL   string
 	rw          *config.RemoteWriteConfig
 	external    labels.Labels
 	settings    settings
@@ -150,7 +149,6 @@ func newSpec(rw *config.RemoteWriteConfig, external labels.Labels) (*spec, error
 	return &spec{
 		name:        QueueName(rw),
 		redactedURL: rw.URL.Redacted(),
-		metricURL:   rw.URL.String(),
 		rw:          rw,
 		external:    external,
 		settings:    s,
@@ -348,13 +346,4 @@ func (m *Manager) Stop(flushDeadline time.Duration) {
 	}
 	wg.Wait()
 	close(m.stopCh)
-}
-
-// queueNames lists the running queues (for tests and status pages).
-func (m *Manager) queueNames() []string {
-	var names []string
-	for _, q := range *m.snapshot.Load() {
-		names = append(names, q.name)
-	}
-	return names
 }

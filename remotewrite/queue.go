@@ -142,7 +142,7 @@ func newQueue(sp *spec, walDir, progressDir string, client remote.WriteClient, m
 		spec:         sp,
 		s:            sp.settings,
 		client:       client,
-		m:            m.forQueue(sp.name, sp.metricURL),
+		m:            m.forQueue(sp.name, sp.redactedURL),
 		progressPath: filepath.Join(progressDir, sp.name+".json"),
 		dec:          record.NewDecoder(labels.NewSymbolTable(), logger),
 		lb:           labels.NewBuilder(labels.EmptyLabels()),
