@@ -57,7 +57,10 @@
 //
 // PendingSegment is the lowest segment of any queue's persisted position: the
 // WAL must keep it and everything after it. A queue that has not written a
-// position yet holds its saved segment, or segment 0.
+// position yet holds its saved segment, or segment 0. Before the first
+// ApplyConfig PendingSegment answers (0, true), so a WAL that truncates
+// before the configuration is loaded keeps everything; with no remote_write
+// configured it answers ok=false.
 //
 // # Progress file
 //

@@ -42,13 +42,13 @@ func testLogger(t *testing.T) *slog.Logger {
 
 // testWAL writes a real tsdb/wlog WAL with tsdb/record records.
 type testWAL struct {
-	t   *testing.T
+	t   testing.TB
 	dir string
 	w   *wlog.WL
 	enc record.Encoder
 }
 
-func newTestWAL(t *testing.T, dir string) *testWAL {
+func newTestWAL(t testing.TB, dir string) *testWAL {
 	t.Helper()
 	w, err := wlog.NewSize(slog.New(slog.DiscardHandler), nil, dir, 4*32*1024, compression.None)
 	if err != nil {
@@ -108,7 +108,7 @@ func (tw *testWAL) fleet(base, n int) []int {
 // receiver is a remote-write endpoint that decodes snappy+protobuf and
 // records every sample it accepted.
 type receiver struct {
-	t   *testing.T
+	t   testing.TB
 	srv *httptest.Server
 
 	mtx        sync.Mutex
@@ -214,7 +214,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 // loadConfig parses a Prometheus configuration with URL placeholders.
-func loadConfig(t *testing.T, yml string, urls ...string) *config.Config {
+func loadConfig(t testing.TB, yml string, urls ...string) *config.Config {
 	t.Helper()
 	for i, u := range urls {
 		yml = strings.ReplaceAll(yml, fmt.Sprintf("URL%d", i), u)

@@ -50,6 +50,9 @@ type Manager struct {
 	// snapshot is the current set of queues, for Notify and PendingSegment,
 	// which must never wait for a reload in progress.
 	snapshot atomic.Pointer[[]*queue]
+	// configured is set by the first successful ApplyConfig. Before that the
+	// Manager cannot know what queues will need, so it keeps the whole WAL.
+	configured atomic.Bool
 }
 
 // NewManager returns a Manager for the WAL in walDir that keeps progress files
@@ -257,6 +260,7 @@ func (m *Manager) ApplyConfig(cfg *config.Config) error {
 		}
 	}
 	m.publish()
+	m.configured.Store(true)
 	return nil
 }
 
@@ -311,8 +315,12 @@ func (m *Manager) Notify() {
 
 // PendingSegment returns the lowest WAL segment that some queue has not
 // durably acknowledged yet: the WAL must keep it and every later segment.
-// ok is false when there are no queues.
+// ok is false when the configuration has no remote_write. Before the first
+// ApplyConfig it returns (0, true): keep everything until the queues are known.
 func (m *Manager) PendingSegment() (segment int, ok bool) {
+	if !m.configured.Load() {
+		return 0, true
+	}
 	qs := *m.snapshot.Load()
 	if len(qs) == 0 {
 		return 0, false

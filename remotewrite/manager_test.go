@@ -101,6 +101,25 @@ remote_write:
 	tm.shutdown(t, time.Second)
 }
 
+func TestPendingSegmentBeforeConfigKeepsEverything(t *testing.T) {
+	walDir, progDir := dirs(t)
+	m := NewManager(walDir, progDir, nil, nil)
+	if s, ok := m.PendingSegment(); !ok || s != 0 {
+		t.Fatalf("unconfigured PendingSegment = %d %v, want 0 true", s, ok)
+	}
+	m.Notify() // no queues: must not block or panic
+	if err := m.ApplyConfig(loadConfig(t, "global: {}\n")); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := m.PendingSegment(); ok {
+		t.Fatal("PendingSegment ok without remote_write")
+	}
+	m.Stop(time.Second)
+	if err := m.Run(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestBadConfigChangesNothing(t *testing.T) {
 	walDir, progDir := dirs(t)
 	newTestWAL(t, walDir)

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/prometheus/model/histogram"
 	"github.com/prometheus/prometheus/prompb"
 	"github.com/prometheus/prometheus/tsdb/chunks"
 	"github.com/prometheus/prometheus/tsdb/record"
@@ -476,7 +475,6 @@ func TestHistogramValuesSurvive(t *testing.T) {
 	if !got.Equals(h) {
 		t.Fatalf("histogram changed on the way: %v != %v", got, h)
 	}
-	var _ = histogram.Histogram{}
 }
 
 func TestCheckpointForgetsDeadSeries(t *testing.T) {
