@@ -1,0 +1,170 @@
+// Command shoal is a gossip-clustered Prometheus scrape agent: every replica
+// discovers the same targets, scrapes the ones it owns on a consistent-hash
+// ring, buffers samples in a write-ahead log and remote-writes them.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/alecthomas/kingpin/v2"
+	"github.com/alecthomas/units"
+	"github.com/prometheus/common/promslog"
+	promslogflag "github.com/prometheus/common/promslog/flag"
+	"github.com/prometheus/common/version"
+)
+
+// flags holds the command line; names and defaults are part of SPEC.
+type flags struct {
+	configFile    string
+	listenAddress string
+	webConfigFile string
+
+	storagePath        string
+	walMaxAge          time.Duration
+	walSegmentSize     units.Base2Bytes
+	remoteFlushTimeout time.Duration
+
+	clusterEnabled         bool
+	nodeName               string
+	clusterListen          string
+	clusterAdvertise       string
+	clusterJoin            []string
+	kubeLabelSelector      string
+	kubeNamespace          string
+	rejoinInterval         time.Duration
+	clusterName            string
+	secretKeyFile          string
+	waitForSize            int
+	waitTimeout            time.Duration
+	replicationFactor      int
+	tokens                 int
+	handoffDelay           time.Duration
+	terminateGraceDeadline time.Duration
+
+	log promslog.Config
+}
+
+func parseFlags(args []string) (*flags, error) {
+	f := &flags{log: promslog.Config{}}
+	hostname, _ := os.Hostname()
+
+	app := kingpin.New("shoal", "A gossip-clustered, peer-to-peer Prometheus scrape agent.")
+	app.Version(version.Print("shoal"))
+	app.HelpFlag.Short('h')
+
+	app.Flag("config.file", "Prometheus configuration file (global, scrape_configs, scrape_config_files, remote_write). Unknown fields are an error.").
+		Default("shoal.yml").StringVar(&f.configFile)
+	app.Flag("web.listen-address", "Address for the HTTP server: status page, APIs and /metrics.").
+		Default(":9940").StringVar(&f.listenAddress)
+	app.Flag("web.config.file", "Path to an exporter-toolkit web configuration file enabling TLS or basic auth.").
+		Default("").StringVar(&f.webConfigFile)
+
+	app.Flag("storage.path", "Directory for the write-ahead log and remote-write progress.").
+		Default("data/").StringVar(&f.storagePath)
+	app.Flag("storage.wal.max-age", "WAL segments older than this are deleted even if a remote end has not received them (the data is counted as lost in shoal_wal_segments_dropped_unsent_total). This is the retention that bounds a remote-write outage.").
+		Default("24h").DurationVar(&f.walMaxAge)
+	app.Flag("storage.wal.segment-size", "Size of a WAL segment; segments are the unit of truncation.").
+		Default("128MB").BytesVar(&f.walSegmentSize)
+	app.Flag("storage.remote.flush-deadline", "How long to keep sending buffered samples on shutdown.").
+		Default("1m").DurationVar(&f.remoteFlushTimeout)
+
+	app.Flag("cluster.enabled", "Join a cluster and scrape only the targets this node owns. Off: a single agent that scrapes everything.").
+		Default("false").BoolVar(&f.clusterEnabled)
+	app.Flag("cluster.node-name", "Unique name of this node on the ring.").
+		Default(hostname).StringVar(&f.nodeName)
+	app.Flag("cluster.listen-address", "Gossip bind address.").
+		Default("0.0.0.0:7946").StringVar(&f.clusterListen)
+	app.Flag("cluster.advertise-address", "host or host:port that peers use to reach this node; the port defaults to the listen port. Default: the first private IPv4 address.").
+		Default("").StringVar(&f.clusterAdvertise)
+	app.Flag("cluster.join", "Peers to join, repeatable: host:port (every A/AAAA record is tried), dns+host:port, or dnssrv+_name._proto.host.").
+		StringsVar(&f.clusterJoin)
+	app.Flag("cluster.kubernetes.label-selector", "Find peers through the Kubernetes API: pods matching this label selector.").
+		Default("").StringVar(&f.kubeLabelSelector)
+	app.Flag("cluster.kubernetes.namespace", "Namespace of the peer pods for --cluster.kubernetes.label-selector (default: this pod's namespace).").
+		Default("").StringVar(&f.kubeNamespace)
+	app.Flag("cluster.rejoin-interval", "Re-resolve peers and rejoin this often, healing a split brain; 0 disables.").
+		Default("60s").DurationVar(&f.rejoinInterval)
+	app.Flag("cluster.name", "Cluster name, gossiped as the memberlist label: clusters with different names never merge.").
+		Default("").StringVar(&f.clusterName)
+	app.Flag("cluster.secret-key-file", "File holding the gossip encryption key (16, 24 or 32 bytes).").
+		Default("").StringVar(&f.secretKeyFile)
+	app.Flag("cluster.wait-for-size", "Take no targets until this many participants are seen ...").
+		Default("0").IntVar(&f.waitForSize)
+	app.Flag("cluster.wait-timeout", "... or until this much time has passed since start.").
+		Default("5m").DurationVar(&f.waitTimeout)
+	app.Flag("cluster.replication-factor", "Each target is scraped by this many distinct owners.").
+		Default("1").IntVar(&f.replicationFactor)
+	app.Flag("cluster.tokens", "Tokens per node on the consistent-hash ring.").
+		Default("512").IntVar(&f.tokens)
+	app.Flag("cluster.handoff-delay", "A node that gains a target because the ring changed waits this long before scraping it, so the previous owner has stopped and flushed first.").
+		Default("2s").DurationVar(&f.handoffDelay)
+	app.Flag("cluster.terminate-grace", "On shutdown, how long to wait for this node's scrapes to stop after it turned terminating.").
+		Default("5s").DurationVar(&f.terminateGraceDeadline)
+
+	promslogflag.AddFlags(app, &f.log)
+
+	if _, err := app.Parse(args); err != nil {
+		return nil, nameFlag(app, args, err)
+	}
+	if f.replicationFactor < 1 {
+		return nil, fmt.Errorf("--cluster.replication-factor must be at least 1, got %d", f.replicationFactor)
+	}
+	if f.tokens < 1 {
+		return nil, fmt.Errorf("--cluster.tokens must be at least 1, got %d", f.tokens)
+	}
+	if f.waitForSize < 0 {
+		return nil, fmt.Errorf("--cluster.wait-for-size must not be negative, got %d", f.waitForSize)
+	}
+	if f.walSegmentSize < 64*units.KiB {
+		return nil, fmt.Errorf("--storage.wal.segment-size must be at least 64KiB, got %s", f.walSegmentSize)
+	}
+	if f.nodeName == "" {
+		return nil, fmt.Errorf("--cluster.node-name is empty and the hostname is unknown")
+	}
+	return f, nil
+}
+
+func main() {
+	f, err := parseFlags(os.Args[1:])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "shoal:", err)
+		os.Exit(2)
+	}
+	// SIGTERM and Ctrl-C start the graceful shutdown; a second one kills at once.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		stop() // restore default handling: a second signal terminates immediately
+	}()
+	if err := run(ctx, f); err != nil {
+		fmt.Fprintln(os.Stderr, "shoal:", err)
+		os.Exit(1)
+	}
+}
+
+// nameFlag adds the flag's name to a value error, which kingpin reports
+// without it (`time: invalid duration "soon"`).
+func nameFlag(app *kingpin.Application, args []string, err error) error {
+	pc, perr := app.ParseContext(args)
+	if perr != nil {
+		return err
+	}
+	for _, el := range pc.Elements {
+		fc, ok := el.Clause.(*kingpin.FlagClause)
+		if !ok || el.Value == nil {
+			continue
+		}
+		if strings.Contains(err.Error(), strconv.Quote(*el.Value)) || strings.Contains(err.Error(), *el.Value) {
+			return fmt.Errorf("--%s=%s: %w", fc.Model().Name, *el.Value, err)
+		}
+	}
+	return err
+}

@@ -1,0 +1,531 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	oklogrun "github.com/oklog/run"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	versioncollector "github.com/prometheus/client_golang/prometheus/collectors/version"
+	"github.com/prometheus/common/model"
+	"github.com/prometheus/common/promslog"
+	"github.com/prometheus/common/version"
+	"github.com/prometheus/prometheus/config"
+	"github.com/prometheus/prometheus/discovery"
+	_ "github.com/prometheus/prometheus/discovery/install" // every service discovery Prometheus has
+	"github.com/prometheus/prometheus/discovery/targetgroup"
+	promscrape "github.com/prometheus/prometheus/scrape"
+
+	"github.com/shoal-dev/shoal/cluster"
+	"github.com/shoal-dev/shoal/remotewrite"
+	"github.com/shoal-dev/shoal/ring"
+	shoalscrape "github.com/shoal-dev/shoal/scrape"
+	"github.com/shoal-dev/shoal/wal"
+	"github.com/shoal-dev/shoal/web"
+)
+
+// agent holds the live components so that reload, readiness and shutdown can reach them.
+type agent struct {
+	f      *flags
+	logger *slog.Logger
+	reg    *prometheus.Registry
+
+	wal       *wal.Storage
+	remote    *remotewrite.Manager
+	scrape    *promscrape.Manager
+	discovery *discovery.Manager
+	filter    *shoalscrape.Filter
+	node      *cluster.Node // nil when clustering is disabled
+
+	ring         atomic.Pointer[ring.Ring]
+	configLoaded atomic.Bool
+	walReplayed  atomic.Bool
+	clusterUp    atomic.Bool
+
+	reloadMu          sync.Mutex
+	reloadSuccess     prometheus.Gauge
+	reloadSuccessTime prometheus.Gauge
+}
+
+// run starts the agent and blocks until ctx is cancelled (SIGTERM in main),
+// then shuts down gracefully: hand off, stop scraping, flush, leave.
+func run(ctx context.Context, f *flags) error {
+	logger := promslog.New(&f.log)
+	logger.Info("Starting shoal", "version", version.Info(), "build_context", version.BuildContext())
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		versioncollector.NewCollector("shoal"),
+	)
+	a := &agent{f: f, logger: logger, reg: reg}
+	a.reloadSuccess = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "shoal_config_last_reload_successful", Help: "Whether the last configuration reload succeeded.",
+	})
+	a.reloadSuccessTime = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "shoal_config_last_reload_success_timestamp_seconds", Help: "Time of the last successful configuration reload.",
+	})
+	reg.MustRegister(a.reloadSuccess, a.reloadSuccessTime)
+
+	// A config that does not load is fatal at start: there is nothing to run.
+	cfg, err := loadConfig(f.configFile, logger)
+	if err != nil {
+		return err
+	}
+
+	if err := os.MkdirAll(f.storagePath, 0o755); err != nil {
+		return fmt.Errorf("creating --storage.path: %w", err)
+	}
+
+	// The caller's cancellation starts the ordered shutdown below; the
+	// components run on their own context so that they stop in that order
+	// rather than all at once.
+	stop := ctx.Done()
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+
+	// The web server and the cluster start before the WAL replays, so that
+	// /-/healthy answers and peers see this node (as a viewer) during a long replay.
+	scrapeView := &lateScrape{}
+
+	if f.clusterEnabled {
+		node, err := a.newClusterNode()
+		if err != nil {
+			return err
+		}
+		a.node = node
+	}
+	var g oklogrun.Group
+	{
+		webCtx, webCancel := context.WithCancel(ctx)
+		webOpts := webOptions(a, f, scrapeView)
+		h := web.New(webOpts, logger.With("component", "web"))
+		errc := make(chan error, 1)
+		go func() { errc <- h.Run(webCtx) }()
+		defer func() {
+			webCancel()
+			if err := <-errc; err != nil && !errors.Is(err, context.Canceled) {
+				logger.Error("HTTP server stopped with an error", "err", err)
+			}
+		}()
+		// A server that cannot listen is fatal at once, not after the replay.
+		select {
+		case err := <-errc:
+			return fmt.Errorf("HTTP server on %s: %w", f.listenAddress, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+
+	if a.node != nil {
+		if err := a.node.Start(ctx); err != nil {
+			return fmt.Errorf("starting cluster membership: %w", err)
+		}
+		a.clusterUp.Store(true)
+	}
+
+	// Remote write is created before the WAL so that the WAL can ask it which
+	// segments are still needed, and wake it on every commit.
+	a.remote = remotewrite.NewManager(filepath.Join(f.storagePath, "wal"), filepath.Join(f.storagePath, "remotewrite"), logger.With("component", "remotewrite"), reg)
+	walOpts := wal.DefaultOptions()
+	walOpts.SegmentSize = int(f.walSegmentSize)
+	walOpts.MaxAge = f.walMaxAge
+	walOpts.OnCommit = a.remote.Notify
+	walOpts.PendingSegment = a.remote.PendingSegment
+	a.wal, err = wal.Open(filepath.Join(f.storagePath, "wal"), walOpts, logger.With("component", "wal"), reg)
+	if err != nil {
+		return fmt.Errorf("opening the WAL in %s: %w", f.storagePath, err)
+	}
+	defer func() {
+		if err := a.wal.Close(); err != nil {
+			logger.Error("Closing the WAL failed", "err", err)
+		}
+	}()
+	a.walReplayed.Store(true)
+
+	a.scrape, err = promscrape.NewManager(&promscrape.Options{
+		AppendMetadata:          true,
+		DiscoveryReloadInterval: model.Duration(time.Second),
+	}, logger.With("component", "scrape manager"), nil, nil, a.wal, reg)
+	if err != nil {
+		return fmt.Errorf("creating the scrape manager: %w", err)
+	}
+	scrapeView.m.Store(a.scrape)
+
+	sdMetrics, err := discovery.CreateAndRegisterSDMetrics(reg)
+	if err != nil {
+		return fmt.Errorf("registering service discovery metrics: %w", err)
+	}
+	discoveryCtx, discoveryCancel := context.WithCancel(ctx)
+	a.discovery = discovery.NewManager(discoveryCtx, logger.With("component", "discovery manager"), reg, sdMetrics, discovery.Name("scrape"))
+	if a.discovery == nil {
+		discoveryCancel()
+		return errors.New("creating the discovery manager failed")
+	}
+
+	handoff := f.handoffDelay
+	if handoff == 0 {
+		handoff = -1 // the filter reads zero as "default"; the flag's 0 means "no delay"
+	}
+	a.filter = shoalscrape.NewFilter(shoalscrape.FilterOptions{HandoffDelay: handoff}, a.scrape, logger.With("component", "ownership"), reg)
+	if a.node != nil {
+		// Until the ring is known this node owns nothing; without this call the
+		// filter would behave as a single agent and scrape everything.
+		a.filter.SetRing(ring.New(nil, f.tokens), f.nodeName, f.replicationFactor, false)
+	}
+
+	if err := a.applyConfig(cfg); err != nil {
+		discoveryCancel()
+		return err
+	}
+	a.configLoaded.Store(true)
+	a.reloadSuccess.Set(1)
+	a.reloadSuccessTime.SetToCurrentTime()
+
+	if a.node == nil {
+		a.filter.SetRing(nil, f.nodeName, f.replicationFactor, true)
+	} else {
+		// Config loaded and WAL replayed: this node may own targets now.
+		if err := a.node.SetState(cluster.Participant); err != nil {
+			discoveryCancel()
+			return fmt.Errorf("announcing participant state: %w", err)
+		}
+		a.updateRing()
+	}
+
+	// Actors are interrupted in the order they are added: scraping stops
+	// before remote write flushes, and membership leaves last.
+	{
+		cancelTerm := make(chan struct{})
+		g.Add(func() error {
+			select {
+			case <-stop:
+				logger.Info("Shutting down gracefully")
+				a.becomeTerminating()
+			case <-cancelTerm:
+			}
+			return nil
+		}, func(error) { close(cancelTerm) })
+	}
+	{
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		cancelHup := make(chan struct{})
+		g.Add(func() error {
+			for {
+				select {
+				case <-hup:
+					_ = a.reload()
+				case <-cancelHup:
+					return nil
+				}
+			}
+		}, func(error) {
+			close(cancelHup)
+			signal.Stop(hup)
+		})
+	}
+	{
+		g.Add(func() error {
+			err := a.discovery.Run()
+			logger.Info("Discovery manager stopped")
+			return err
+		}, func(error) { discoveryCancel() })
+	}
+	tsets := make(chan map[string][]*targetgroup.Group)
+	{
+		filterCtx, filterCancel := context.WithCancel(ctx)
+		g.Add(func() error {
+			return a.filter.Run(filterCtx, a.discovery.SyncCh(), tsets)
+		}, func(error) { filterCancel() })
+	}
+	{
+		g.Add(func() error {
+			err := a.scrape.Run(tsets)
+			logger.Info("Scrape manager stopped")
+			return err
+		}, func(error) {
+			logger.Info("Stopping scrape manager...")
+			a.scrape.Stop()
+		})
+	}
+	{
+		walCtx, walCancel := context.WithCancel(ctx)
+		g.Add(func() error { return a.wal.Run(walCtx) }, func(error) { walCancel() })
+	}
+	{
+		rwCtx, rwCancel := context.WithCancel(ctx)
+		g.Add(func() error { return a.remote.Run(rwCtx) }, func(error) {
+			logger.Info("Flushing remote write queues", "deadline", f.remoteFlushTimeout)
+			a.remote.Stop(f.remoteFlushTimeout)
+			rwCancel()
+		})
+	}
+	if a.node != nil {
+		clusterCtx, clusterCancel := context.WithCancel(ctx)
+		g.Add(func() error {
+			a.followRing(clusterCtx)
+			return nil
+		}, func(error) {
+			clusterCancel()
+			if err := a.node.Leave(5 * time.Second); err != nil {
+				logger.Warn("Leaving the cluster failed", "err", err)
+			}
+			a.node.Shutdown()
+		})
+	}
+
+	err = g.Run()
+	logger.Info("See you next time!")
+	return err
+}
+
+// webOptions describes the live components to the web package.
+func webOptions(a *agent, f *flags, scrapeView *lateScrape) web.Options {
+	o := web.Options{
+		ListenAddress: f.listenAddress,
+		WebConfigFile: f.webConfigFile,
+		Gatherer:      a.reg,
+		Scrape:        scrapeView,
+		Ownership:     ownershipView{a},
+		Ring:          a.ring.Load,
+		Ready:         a.ready,
+		Reload:        a.reload,
+		NodeName:      f.nodeName,
+		Version:       version.Print("shoal"),
+	}
+	if a.node != nil {
+		o.Cluster = a.node
+	}
+	return o
+}
+
+// lateScrape answers for the scrape manager, which exists only once the WAL is replayed.
+type lateScrape struct {
+	m atomic.Pointer[promscrape.Manager]
+}
+
+func (l *lateScrape) TargetsActive() map[string][]*promscrape.Target {
+	if m := l.m.Load(); m != nil {
+		return m.TargetsActive()
+	}
+	return nil
+}
+
+// ownershipView answers for the filter, which exists only once the WAL is replayed.
+type ownershipView struct{ a *agent }
+
+func (o ownershipView) Targets() []shoalscrape.TargetInfo {
+	// configLoaded is set after the filter exists, so checking it first is race-free.
+	if !o.a.configLoaded.Load() {
+		return nil
+	}
+	return o.a.filter.Targets()
+}
+
+func (a *agent) ready() (bool, string) {
+	switch {
+	case !a.configLoaded.Load():
+		return false, "configuration not loaded"
+	case !a.walReplayed.Load():
+		return false, "WAL replay in progress"
+	case a.node != nil && !a.clusterUp.Load():
+		return false, "not joined to the cluster"
+	case a.node != nil && !a.node.Ready():
+		return false, fmt.Sprintf("waiting for %d participants (--cluster.wait-for-size) or --cluster.wait-timeout", a.f.waitForSize)
+	}
+	return true, ""
+}
+
+func (a *agent) newClusterNode() (*cluster.Node, error) {
+	f := a.f
+	var key []byte
+	if f.secretKeyFile != "" {
+		b, err := os.ReadFile(f.secretKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("reading --cluster.secret-key-file: %w", err)
+		}
+		key = trimKey(b)
+	}
+	cfg := cluster.DefaultConfig()
+	cfg.NodeName = f.nodeName
+	cfg.ListenAddr = f.clusterListen
+	cfg.AdvertiseAddr = f.clusterAdvertise
+	cfg.Join = f.clusterJoin
+	cfg.KubernetesLabelSelector = f.kubeLabelSelector
+	cfg.KubernetesNamespace = f.kubeNamespace
+	cfg.RejoinInterval = f.rejoinInterval
+	cfg.ClusterName = f.clusterName
+	cfg.SecretKey = key
+	cfg.WaitForSize = f.waitForSize
+	cfg.WaitTimeout = f.waitTimeout
+	cfg.HTTPAddr = advertisedHTTPAddr(f.listenAddress, f.clusterAdvertise)
+	node, err := cluster.New(cfg, a.logger.With("component", "cluster"), a.reg)
+	if err != nil {
+		return nil, fmt.Errorf("configuring cluster membership: %w", err)
+	}
+	return node, nil
+}
+
+// trimKey drops a trailing newline that editors and `echo` add to key files.
+func trimKey(b []byte) []byte {
+	for len(b) > 0 && (b[len(b)-1] == '\n' || b[len(b)-1] == '\r') {
+		b = b[:len(b)-1]
+	}
+	return b
+}
+
+// advertisedHTTPAddr is the HTTP address peers should use to reach this node:
+// the listen address, with an unspecified host replaced by the gossip
+// advertise host (or left for the cluster package to fill with the same
+// address it advertises for gossip).
+func advertisedHTTPAddr(listen, advertise string) string {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return listen
+	}
+	if host != "" && host != "0.0.0.0" && host != "::" {
+		return listen
+	}
+	if advertise != "" {
+		ah := advertise
+		if h, _, err := net.SplitHostPort(advertise); err == nil {
+			ah = h
+		}
+		return net.JoinHostPort(ah, port)
+	}
+	return net.JoinHostPort("", port)
+}
+
+// followRing rebuilds the ring from the participants whenever membership
+// changes, and hands it to the ownership filter.
+func (a *agent) followRing(ctx context.Context) {
+	changes, unsubscribe := a.node.Subscribe()
+	defer unsubscribe()
+	readyc := make(chan struct{})
+	go func() {
+		defer close(readyc)
+		_ = a.node.WaitReady(ctx)
+	}()
+	waiting := readyc
+	for {
+		a.updateRing()
+		select {
+		case <-ctx.Done():
+			return
+		case <-changes:
+		case <-waiting:
+			waiting = nil
+		}
+	}
+}
+
+func (a *agent) updateRing() {
+	var participants []string
+	for _, p := range a.node.Peers() {
+		if p.State == cluster.Participant {
+			participants = append(participants, p.Name)
+		}
+	}
+	r := ring.New(participants, a.f.tokens)
+	a.ring.Store(r)
+	self := a.node.Self()
+	a.filter.SetRing(r, self.Name, a.f.replicationFactor, self.State == cluster.Participant && a.node.Ready())
+}
+
+// becomeTerminating hands this node's targets to its peers before anything
+// stops: peers drop it from the ring as soon as the state reaches them, and
+// its own scrapes end without staleness markers.
+func (a *agent) becomeTerminating() {
+	if a.node != nil {
+		if err := a.node.SetState(cluster.Terminating); err != nil {
+			a.logger.Warn("Announcing terminating state failed", "err", err)
+		}
+	}
+	a.filter.SetRing(a.ring.Load(), a.f.nodeName, a.f.replicationFactor, false)
+	if a.node == nil {
+		return
+	}
+	deadline := time.Now().Add(a.f.terminateGraceDeadline)
+	for time.Now().Before(deadline) {
+		active := 0
+		for _, ts := range a.scrape.TargetsActive() {
+			active += len(ts)
+		}
+		if active == 0 {
+			a.logger.Info("Scrapes handed off to peers")
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	a.logger.Warn("Scrapes still running after the terminate grace period; stopping them anyway", "grace", a.f.terminateGraceDeadline)
+}
+
+func loadConfig(filename string, logger *slog.Logger) (*config.Config, error) {
+	cfg, err := config.LoadFile(filename, true, logger)
+	if err != nil {
+		return nil, fmt.Errorf("loading --config.file=%q: %w", filename, err)
+	}
+	// scrape_config_files are read here, so that a broken one is caught now.
+	if _, err := cfg.GetScrapeConfigs(); err != nil {
+		return nil, fmt.Errorf("loading scrape configs of --config.file=%q: %w", filename, err)
+	}
+	return cfg, nil
+}
+
+func (a *agent) applyConfig(cfg *config.Config) error {
+	scfgs, err := cfg.GetScrapeConfigs()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	if err := a.remote.ApplyConfig(cfg); err != nil {
+		errs = append(errs, fmt.Errorf("remote write: %w", err))
+	}
+	if err := a.scrape.ApplyConfig(cfg); err != nil {
+		errs = append(errs, fmt.Errorf("scrape: %w", err))
+	}
+	if err := a.filter.ApplyConfig(cfg); err != nil {
+		errs = append(errs, fmt.Errorf("ownership filter: %w", err))
+	}
+	sd := make(map[string]discovery.Configs, len(scfgs))
+	for _, sc := range scfgs {
+		sd[sc.JobName] = sc.ServiceDiscoveryConfigs
+	}
+	if err := a.discovery.ApplyConfig(sd); err != nil {
+		errs = append(errs, fmt.Errorf("discovery: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+// reload reads the config file again; a file that does not load is refused
+// and the running configuration stays.
+func (a *agent) reload() error {
+	a.reloadMu.Lock()
+	defer a.reloadMu.Unlock()
+	a.logger.Info("Loading configuration file", "filename", a.f.configFile)
+	cfg, err := loadConfig(a.f.configFile, a.logger)
+	if err == nil {
+		err = a.applyConfig(cfg)
+	}
+	if err != nil {
+		a.reloadSuccess.Set(0)
+		a.logger.Error("Configuration reload failed; the previous configuration stays in force", "err", err)
+		return err
+	}
+	a.reloadSuccess.Set(1)
+	a.reloadSuccessTime.SetToCurrentTime()
+	a.logger.Info("Completed loading of configuration file", "filename", a.f.configFile)
+	return nil
+}

@@ -1,0 +1,162 @@
+// Package web serves shoal's HTTP interface: the status page, the
+// Prometheus-compatible and cluster APIs, self metrics, health, readiness and
+// reload. It owns no state of its own: everything it shows comes from the
+// interfaces in Options, which cmd/shoal fills with the live components.
+package web
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"time"
+
+	promscrape "github.com/prometheus/prometheus/scrape"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	toolkit "github.com/prometheus/exporter-toolkit/web"
+
+	"github.com/shoal-dev/shoal/cluster"
+	"github.com/shoal-dev/shoal/ring"
+	shoalscrape "github.com/shoal-dev/shoal/scrape"
+)
+
+// ActiveTargets is what the scrape manager knows about the targets it runs.
+type ActiveTargets interface {
+	TargetsActive() map[string][]*promscrape.Target
+}
+
+// Ownership lists every discovered target with its owners.
+type Ownership interface {
+	Targets() []shoalscrape.TargetInfo
+}
+
+// Membership is the cluster as seen by this node.
+type Membership interface {
+	Self() cluster.Peer
+	Peers() []cluster.Peer
+}
+
+// Options configures the HTTP server. Zero values are safe where noted.
+type Options struct {
+	// ListenAddress is where the server listens, e.g. ":9940".
+	ListenAddress string
+	// WebConfigFile is an exporter-toolkit web config (TLS, basic auth); empty means plain HTTP.
+	WebConfigFile string
+
+	Gatherer  prometheus.Gatherer
+	Scrape    ActiveTargets
+	Ownership Ownership
+	// Cluster is nil when clustering is disabled.
+	Cluster Membership
+	// Ring returns the ring in force, or nil when clustering is disabled.
+	Ring func() *ring.Ring
+	// Ready reports whether the node serves traffic (config loaded, WAL replayed,
+	// joined, wait-for-size met) and, if not, why.
+	Ready func() (bool, string)
+	// Reload applies the configuration file again and returns its error.
+	Reload func() error
+	// NodeName names this node on pages and in API answers.
+	NodeName string
+	// Version is shown on the status page.
+	Version string
+	// PeerTimeout bounds each request to a peer for the cluster-wide views (default 3s).
+	PeerTimeout time.Duration
+	// PeerClient is used to ask peers for their targets (default: a plain client).
+	PeerClient *http.Client
+}
+
+// Handler serves the routes; Server adds the listener.
+type Handler struct {
+	opts   Options
+	logger *slog.Logger
+	mux    *http.ServeMux
+	start  time.Time
+}
+
+// New builds the handler.
+func New(opts Options, logger *slog.Logger) *Handler {
+	if opts.PeerTimeout <= 0 {
+		opts.PeerTimeout = 3 * time.Second
+	}
+	if opts.PeerClient == nil {
+		opts.PeerClient = &http.Client{Timeout: opts.PeerTimeout}
+	}
+	if opts.Ring == nil {
+		opts.Ring = func() *ring.Ring { return nil }
+	}
+	if opts.Ready == nil {
+		opts.Ready = func() (bool, string) { return true, "" }
+	}
+	if opts.Gatherer == nil {
+		opts.Gatherer = prometheus.DefaultGatherer
+	}
+	h := &Handler{opts: opts, logger: logger, mux: http.NewServeMux(), start: time.Now()}
+
+	h.mux.HandleFunc("GET /{$}", h.statusPage)
+	h.mux.HandleFunc("GET /cluster", h.statusPage)
+	h.mux.HandleFunc("GET /-/healthy", func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write([]byte("shoal is healthy.\n"))
+	})
+	h.mux.HandleFunc("GET /-/ready", h.ready)
+	h.mux.HandleFunc("POST /-/reload", h.reload)
+	h.mux.HandleFunc("PUT /-/reload", h.reload)
+	h.mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelError)}))
+	h.mux.HandleFunc("GET /api/v1/targets", h.apiTargets)
+	h.mux.HandleFunc("GET /api/v1/cluster/peers", h.apiPeers)
+	h.mux.HandleFunc("GET /api/v1/cluster/targets", h.apiClusterTargets)
+	return h
+}
+
+// ServeHTTP implements http.Handler.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+
+func (h *Handler) ready(w http.ResponseWriter, _ *http.Request) {
+	ok, why := h.opts.Ready()
+	if !ok {
+		http.Error(w, "shoal is not ready: "+why, http.StatusServiceUnavailable)
+		return
+	}
+	_, _ = w.Write([]byte("shoal is ready.\n"))
+}
+
+func (h *Handler) reload(w http.ResponseWriter, _ *http.Request) {
+	if h.opts.Reload == nil {
+		http.Error(w, "reload is not available", http.StatusNotImplemented)
+		return
+	}
+	if err := h.opts.Reload(); err != nil {
+		http.Error(w, "failed to reload config: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	_, _ = w.Write([]byte("config reloaded\n"))
+}
+
+// Run serves until ctx ends, then shuts the server down gracefully.
+func (h *Handler) Run(ctx context.Context) error {
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(h.logger.Handler(), slog.LevelError),
+	}
+	addrs := []string{h.opts.ListenAddress}
+	systemd := false
+	flags := &toolkit.FlagConfig{WebListenAddresses: &addrs, WebSystemdSocket: &systemd, WebConfigFile: &h.opts.WebConfigFile}
+
+	errc := make(chan error, 1)
+	go func() { errc <- toolkit.ListenAndServe(srv, flags, h.logger) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		err := srv.Shutdown(shutdownCtx)
+		if lerr := <-errc; lerr != nil && !errors.Is(lerr, http.ErrServerClosed) && err == nil {
+			err = lerr
+		}
+		return err
+	}
+}
