@@ -84,12 +84,14 @@
 //
 // # Retries and drops
 //
-// Network errors, 5xx, and 429 when retry_on_http_429 is set (the write
-// client returns remote.RecoverableError for these) are retried forever with
+// Network errors, 5xx and 429 (the write client returns
+// remote.RecoverableError for these) are retried forever with
 // exponential backoff from min_backoff to max_backoff; a Retry-After header
 // (seconds or HTTP date) replaces the backoff for that attempt. The WAL's
-// retention bounds how long that can go on. Any other non-2xx answer (4xx, or
-// 429 without retry_on_http_429, as in Prometheus) drops that request: its
+// retention bounds how long that can go on. 429 is retried whatever
+// retry_on_http_429 says (Prometheus defaults it to false and drops the
+// batch; that would lose data already in the WAL). Any other non-2xx answer
+// (4xx) drops that request: its
 // samples count in samples_failed_total, the status and the first line of the
 // error are logged, and the queue moves on. Stop(flushDeadline) reads the WAL
 // to its current end and sends it, and after flushDeadline cancels whatever is

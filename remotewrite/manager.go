@@ -172,7 +172,10 @@ func newClient(sp *spec) (remote.WriteClient, error) {
 		AzureADConfig:    rw.AzureADConfig,
 		GoogleIAMConfig:  rw.GoogleIAMConfig,
 		Headers:          rw.Headers,
-		RetryOnRateLimit: rw.QueueConfig.RetryOnRateLimit,
+		// 429 is always retried: dropping a rate-limited batch loses data
+		// that is safely in the WAL, which shoal promises never to do.
+		// (Prometheus' retry_on_http_429 defaults to false and is ignored.)
+		RetryOnRateLimit: true,
 		WriteProtoMsg:    remoteapi.WriteV1MessageType,
 		RoundRobinDNS:    rw.RoundRobinDNS,
 	})

@@ -184,7 +184,7 @@ func TestTooManyRequestsHonoursRetryAfter(t *testing.T) {
 	}
 	refs := tw.fleet(1, 2)
 	tss := writeRounds(tw, refs, 1000, 3)
-	tm := startManager(t, walDir, progDir, loadConfig(t, oneQueue+`      retry_on_http_429: true
+	tm := startManager(t, walDir, progDir, loadConfig(t, oneQueue+`      retry_on_http_429: false # ignored: shoal always retries 429
 `, rcv.srv.URL))
 	waitFor(t, "delivery", func() bool { d, _ := rcv.count(); return d >= 6 })
 	tm.shutdown(t, 5*time.Second)
