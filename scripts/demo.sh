@@ -14,10 +14,15 @@ mkdir -p "$DEMO"
 echo "Building shoal, the receiver and the demo targets..."
 make --no-print-directory build >/dev/null
 
-pids=()
+pids=()        # receiver and targets
+agents=()      # shoal replicas
 cleanup() {
+  trap - EXIT INT TERM
   echo
   echo "Stopping the demo..."
+  # Agents first, so they can flush to a receiver that is still there.
+  for pid in "${agents[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in "${agents[@]}"; do wait "$pid" 2>/dev/null || true; done
   for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
   for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
   echo "Stopped. Logs and data are in $DEMO/."
@@ -59,9 +64,9 @@ for i in 1 2 3; do
     --cluster.enabled --cluster.node-name="shoal-$i" \
     --cluster.listen-address="127.0.0.1:795$i" --cluster.advertise-address="127.0.0.1:795$i" \
     --cluster.join=127.0.0.1:7951 --cluster.join=127.0.0.1:7952 --cluster.join=127.0.0.1:7953 \
-    --cluster.rejoin-interval=10s \
+    --cluster.rejoin-interval=10s --storage.remote.flush-deadline=10s \
     >"$DEMO/shoal-$i.log" 2>&1 &
-  pids+=($!)
+  agents+=($!)
 done
 
 for i in 1 2 3; do
@@ -86,5 +91,5 @@ shoal demo is running: 3 replicas, $TARGETS targets, 1 receiver.
 Try: kill one replica (kill -9 \$(pgrep -f 'node-name=shoal-2')) and watch the others take its targets.
 Press Ctrl-C to stop.
 MSG
-wait -n "${pids[@]}" || true
+wait -n "${pids[@]}" "${agents[@]}" || true
 echo "A demo process exited; see the logs in $DEMO/."
