@@ -97,10 +97,12 @@ type Config struct {
 	// selector is set.
 	KubeClient kubernetes.Interface
 
-	// Memberlist, if set, tunes the memberlist configuration after
-	// memberlist.DefaultLANConfig() and before New sets the node name,
-	// addresses, label, key, delegates and logger (which it cannot change).
-	// Tests use it for fast timings.
+	// Memberlist, if set, tunes the memberlist configuration. It receives
+	// memberlist.DefaultLANConfig() with RetransmitMult raised to 6 and
+	// PushPullInterval lowered to 10s, so that a state change reaches every
+	// peer (see memberlistConfig), and runs before Start sets the
+	// node name, addresses, label, key, delegates and logger, which it cannot
+	// change. Tests use it for fast timings.
 	Memberlist func(*memberlist.Config)
 }
 

@@ -160,10 +160,10 @@ func TestKubernetesDiscovery(t *testing.T) {
 		pod("shoal-1", "mon", tn.ip(1), corev1.PodRunning, app), // the joiner itself
 		pod("shoal-2", "mon", tn.ip(2), corev1.PodRunning, app),
 		pod("shoal-3", "mon", tn.ip(3), corev1.PodRunning, app),
-		pod("shoal-4", "mon", tn.ip(4), corev1.PodPending, app),                              // not running
-		pod("shoal-5", "mon", "", corev1.PodRunning, app),                                    // no IP
+		pod("shoal-4", "mon", tn.ip(4), corev1.PodPending, app),                               // not running
+		pod("shoal-5", "mon", "", corev1.PodRunning, app),                                     // no IP
 		pod("other-6", "mon", tn.ip(6), corev1.PodRunning, map[string]string{"app": "other"}), // wrong label
-		pod("shoal-7", "elsewhere", tn.ip(7), corev1.PodRunning, app),                        // wrong namespace
+		pod("shoal-7", "elsewhere", tn.ip(7), corev1.PodRunning, app),                         // wrong namespace
 	)
 	var others []testNode
 	for _, i := range []int{2, 3, 4, 6, 7} {

@@ -22,6 +22,13 @@ import (
 // delivery can take seconds, which SetState's callers should not pay.
 const queueOnly = time.Nanosecond
 
+// Replacements for memberlist's LAN defaults (4 and 30s); see
+// memberlistConfig.
+const (
+	defaultRetransmitMult   = 6
+	defaultPushPullInterval = 10 * time.Second
+)
+
 // Peer is one alive member of the cluster as seen by this node.
 type Peer struct {
 	Name      string
@@ -185,6 +192,15 @@ func (n *Node) Start(ctx context.Context) error {
 
 func (n *Node) memberlistConfig(ctx context.Context) (*memberlist.Config, error) {
 	c := memberlist.DefaultLANConfig()
+	// Each node relays a gossip message RetransmitMult*ceil(log10(N+1))
+	// times to random peers, so a peer misses it with probability about
+	// e^-(RetransmitMult*ceil(log10(N+1))). With the default 4, a rollout of
+	// 50 nodes leaves some peer with a stale state about half the time, until
+	// the periodic full state exchange repairs it (30s, doubled above 32
+	// nodes). A stale state means a wrong ring, so shoal relays more and
+	// exchanges state more often; both cost little.
+	c.RetransmitMult = defaultRetransmitMult
+	c.PushPullInterval = defaultPushPullInterval
 	if n.cfg.Memberlist != nil {
 		n.cfg.Memberlist(c)
 	}
