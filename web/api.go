@@ -243,7 +243,9 @@ func (h *Handler) peerScrapes(ctx context.Context) (map[string]scrapeReport, []s
 	)
 	for _, p := range h.opts.Cluster.Peers() {
 		if p.Self {
+			mu.Lock()
 			reports[p.Name] = scrapeReport{health: local}
+			mu.Unlock()
 			continue
 		}
 		wg.Add(1)

@@ -303,7 +303,7 @@ func webOptions(a *agent, f *flags, scrapeView *lateScrape) web.Options {
 		Ready:         a.ready,
 		Reload:        a.reload,
 		NodeName:      f.nodeName,
-		Version:       version.Print("shoal"),
+		Version:       fmt.Sprintf("shoal %s (revision %.12s, %s)", version.Version, version.GetRevision(), version.GoVersion),
 	}
 	if a.node != nil {
 		o.Cluster = a.node
