@@ -61,6 +61,16 @@
 // split brain: two halves that formed apart merge once discovery lists
 // both. A node that is alone retries sooner (1s, doubling up to the interval).
 //
+// # Timings
+//
+// memberlist.DefaultLANConfig, with two changes that make a state change
+// reach every peer: RetransmitMult 6 instead of 4 (with 4, a rollout of 50
+// nodes leaves some peer with a stale state about half the time) and a full
+// state exchange every 10s instead of 30s (memberlist doubles it above 32
+// nodes), which repairs the rare peer gossip still missed. Config.Memberlist
+// tunes anything else. SetState queues the change for gossip and returns;
+// in-process, 50 nodes converge in about 3s and 5 in well under a second.
+//
 // # Wait for size
 //
 // Ready is false until WaitForSize participants (this node included) are

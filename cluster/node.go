@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -53,6 +54,7 @@ type Node struct {
 	mu         sync.Mutex
 	state      State
 	metaClock  uint64 // lamport value of the last local state change
+	advertised []byte // metadata memberlist last advertised for this node
 	advertise  string // final gossip address, set by Start
 	ml         *memberlist.Memberlist
 	started    bool
@@ -144,9 +146,9 @@ func (n *Node) memberlist() *memberlist.Memberlist {
 // called. The WaitTimeout clock starts here.
 func (n *Node) Start(ctx context.Context) error {
 	n.mu.Lock()
-	if n.started {
+	if n.started || n.stopped {
 		n.mu.Unlock()
-		return errors.New("cluster: node already started")
+		return errors.New("cluster: node already started or shut down")
 	}
 	n.started = true
 	n.mu.Unlock()
@@ -342,11 +344,28 @@ func (n *Node) SetState(s State) error {
 	n.metrics.setState(s)
 	n.afterChange()
 	if ml != nil && !left {
+		n.broadcastState(ml)
+	}
+	return nil
+}
+
+// broadcastState has memberlist advertise the current metadata. memberlist
+// drops a local update whose incarnation a concurrent refutation has just
+// overtaken (the refutation re-sends the old metadata), so it checks what
+// memberlist now advertises and tries again if that is stale.
+func (n *Node) broadcastState(ml *memberlist.Memberlist) {
+	for range 3 {
 		n.metrics.broadcasts.WithLabelValues("update").Inc()
 		// The only error is the (expected) timeout of the delivery wait.
 		_ = ml.UpdateNode(queueOnly)
+		n.mu.Lock()
+		current := bytes.Equal(n.advertised, n.metaLocked())
+		n.mu.Unlock()
+		if current {
+			return
+		}
 	}
-	return nil
+	n.logger.Warn("memberlist did not take this node's new state; it goes out with the next update or state exchange")
 }
 
 // Self returns this node as a Peer.
@@ -549,8 +568,12 @@ func (n *Node) Shutdown() error {
 // callbacks, so it must not call back into memberlist.
 func (n *Node) observe(mn *memberlist.Node, event string) {
 	if mn.Name == n.cfg.NodeName {
-		// Our own state is authoritative locally; memberlist refutes stale
-		// news about us with a higher incarnation.
+		// Our own state is authoritative locally (memberlist refutes stale
+		// news about us with a higher incarnation); remember only what
+		// memberlist advertises for us.
+		n.mu.Lock()
+		n.advertised = bytes.Clone(mn.Meta)
+		n.mu.Unlock()
 		return
 	}
 	n.metrics.receivedEvents.WithLabelValues(event).Inc()
@@ -603,13 +626,17 @@ func (n *Node) mergeLamport(seen uint64) {
 	}
 }
 
+func (n *Node) metaLocked() []byte {
+	return encodeMeta(n.state, n.cfg.HTTPAddr, n.startTime, n.metaClock)
+}
+
 // delegate gives memberlist this node's metadata.
 type delegate Node
 
 func (d *delegate) NodeMeta(limit int) []byte {
 	n := (*Node)(d)
 	n.mu.Lock()
-	b := encodeMeta(n.state, n.cfg.HTTPAddr, n.startTime, n.metaClock)
+	b := n.metaLocked()
 	n.mu.Unlock()
 	if len(b) > limit {
 		// Cannot happen with the length checks in New; never hand memberlist
