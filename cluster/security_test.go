@@ -167,6 +167,17 @@ func TestAdvertiseAddress(t *testing.T) {
 		t.Errorf("advertised %s, want %s", got, want)
 	}
 
+	// A host name is resolved through the configured resolver.
+	d := startDNS(t)
+	d.setA("me.shoal.test", tn.ip(4))
+	cfg = testConfig(tn, 5)
+	cfg.AdvertiseAddr = "me.shoal.test:7000"
+	cfg.Resolver = ResolverFor(d.addr)
+	h := startNode(t, cfg)
+	if got, want := h.Self().Addr, tn.ip(4)+":7000"; got != want {
+		t.Errorf("advertised %s, want %s", got, want)
+	}
+
 	// The wildcard listen address advertises a real interface address.
 	ip := defaultAdvertiseIP(nil)
 	if ip == nil || ip.IsUnspecified() {
