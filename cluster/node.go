@@ -229,6 +229,13 @@ func (n *Node) memberlistConfig(ctx context.Context) (*memberlist.Config, error)
 		advHost = defaultAdvertiseIP(n.listenIP).String()
 	}
 	c.AdvertiseAddr = advHost
+	// An HTTP address without a host (":9940", "0.0.0.0:9940") is completed
+	// with the advertised gossip host: that is where peers can reach us.
+	if h, p, err := net.SplitHostPort(n.cfg.HTTPAddr); err == nil && (h == "" || net.ParseIP(h).IsUnspecified()) {
+		n.mu.Lock()
+		n.cfg.HTTPAddr = net.JoinHostPort(advHost, p)
+		n.mu.Unlock()
+	}
 	// With an automatic listen port and no explicit advertise port,
 	// memberlist advertises the port it bound.
 	c.AdvertisePort = advPort

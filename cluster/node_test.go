@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"fmt"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -275,4 +276,25 @@ func TestRestartedNodeRefutesItsPreviousLife(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestHTTPAddrWithoutHost checks that ":9940" (the default web listen
+// address) is advertised with the gossip host, so peers can reach it.
+func TestHTTPAddrWithoutHost(t *testing.T) {
+	tn := newTestNet(t)
+	nodes := startStatic(t, tn, 2, func(c *Config) {
+		c.HTTPAddr = ":9940"
+	})
+	want := net.JoinHostPort(tn.ip(1), "9940")
+	if got := nodes[0].Self().HTTPAddr; got != want {
+		t.Fatalf("Self().HTTPAddr = %q, want %q", got, want)
+	}
+	eventually(t, 10*time.Second, "peer sees the completed HTTP address", func() error {
+		for _, p := range nodes[1].Peers() {
+			if p.Name == nodes[0].Self().Name && p.HTTPAddr == want {
+				return nil
+			}
+		}
+		return fmt.Errorf("peers: %+v", nodes[1].Peers())
+	})
 }
