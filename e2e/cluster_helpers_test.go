@@ -49,9 +49,11 @@ func startCluster(t testing.TB, nodes []*agent) {
 // ownership maps each target's instance to the name of the node scraping it.
 type ownership map[string]string
 
-// snapshotOwnership reads every node's active targets and checks they form
-// a partition of want: every target active on exactly one node, with a
-// successful scrape, and every node seeing all the others as participants.
+// snapshotOwnership reads every node's peers and active targets and checks
+// that the cluster has converged: every node sees all the others as
+// participants on its ring, every target is active on exactly one node with
+// a successful scrape, and every node's view of how many targets each peer
+// owns matches what that peer actually scrapes.
 func snapshotOwnership(nodes []*agent, want []*target) (ownership, error) {
 	names := make([]string, len(nodes))
 	for i, a := range nodes {
@@ -60,6 +62,7 @@ func snapshotOwnership(nodes []*agent, want []*target) (ownership, error) {
 	slices.Sort(names)
 	owners := ownership{}
 	var problems []string
+	views := map[string]peersResponse{}
 	for _, a := range nodes {
 		if err := a.exitedEarly(); err != nil {
 			return nil, err
@@ -68,10 +71,14 @@ func snapshotOwnership(nodes []*agent, want []*target) (ownership, error) {
 		if err != nil {
 			return nil, err
 		}
+		views[a.spec.name] = pr
 		var participants []string
 		for _, p := range pr.Data.Peers {
 			if p.State == "participant" {
 				participants = append(participants, p.Name)
+				if p.RingShare <= 0 {
+					problems = append(problems, fmt.Sprintf("%s sees participant %s with ring share %v", a.spec.name, p.Name, p.RingShare))
+				}
 			}
 		}
 		slices.Sort(participants)
@@ -89,6 +96,17 @@ func snapshotOwnership(nodes []*agent, want []*target) (ownership, error) {
 			owners[inst] = a.spec.name
 			if at.Health != "up" {
 				problems = append(problems, fmt.Sprintf("%s on %s has health %q (%s)", inst, a.spec.name, at.Health, at.LastError))
+			}
+		}
+	}
+	actual := map[string]int{}
+	for _, n := range owners {
+		actual[n]++
+	}
+	for _, viewer := range sortedKeys(views) {
+		for _, p := range views[viewer].Data.Peers {
+			if p.State == "participant" && p.OwnedTargets != actual[p.Name] {
+				problems = append(problems, fmt.Sprintf("%s says %s owns %d targets; it scrapes %d", viewer, p.Name, p.OwnedTargets, actual[p.Name]))
 			}
 		}
 	}

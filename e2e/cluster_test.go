@@ -393,10 +393,14 @@ func TestScaleOut(t *testing.T) {
 		}
 	}
 	t.Logf("scale 3→4: %d of %d targets moved (%.3f; ideal 0.25, node-4 ring share %.3f)", moved, shardedTargets, frac, share)
-	// With 60 targets the number moved is binomial around 15 (σ ≈ 3.4);
-	// 0.4 (24 targets) is more than 2.5σ above the mean.
-	if frac > 0.4 {
-		t.Errorf("moved fraction %.3f > 0.4", frac)
+	// The targets' keys depend on their random ports, so the number moved is
+	// binomial: 60 draws with p = node-4's ring share (≈ 0.26 for these node
+	// names), mean ≈ 16, σ ≈ 3.4. 0.45 (27 targets) is 3.3σ above the mean
+	// (a false alarm in about 1 run of 2000), while a ring that reshuffled
+	// keys among the old nodes would move about two thirds.
+	const maxMoved = 0.45
+	if frac > maxMoved {
+		t.Errorf("moved fraction %.3f > %.2f", frac, maxMoved)
 	}
 	if moved == 0 {
 		t.Errorf("no target moved to the new replica")
