@@ -5,11 +5,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/config"
 	"github.com/prometheus/prometheus/discovery/targetgroup"
@@ -44,37 +46,13 @@ func TestScrapeManagerAppendsIntoWAL(t *testing.T) {
 	}
 	defer s.Close()
 
-	mgr, err := scrape.NewManager(&scrape.Options{
-		AppendMetadata:          true,
-		DiscoveryReloadInterval: model.Duration(50 * time.Millisecond),
-	}, nil, nil, nil, s, prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Load(`
+	tsets, stop := runScrapeManager(t, s, `
 global:
   scrape_interval: 100ms
   scrape_timeout: 90ms
 scrape_configs:
   - job_name: demo
-`, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := mgr.ApplyConfig(cfg); err != nil {
-		t.Fatal(err)
-	}
-	tsets := make(chan map[string][]*targetgroup.Group, 1)
-	done := make(chan error, 1)
-	go func() { done <- mgr.Run(tsets) }()
-	stopped := false
-	stop := func() {
-		if !stopped {
-			stopped = true
-			mgr.Stop()
-			<-done
-		}
-	}
+`)
 	defer stop()
 	tsets <- map[string][]*targetgroup.Group{"demo": {{
 		Source:  "static",
@@ -171,5 +149,123 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// runScrapeManager runs Prometheus' scrape manager over s with the given
+// config; send target groups on the returned channel. stop is idempotent.
+func runScrapeManager(t *testing.T, s *Storage, cfgYAML string) (chan<- map[string][]*targetgroup.Group, func()) {
+	t.Helper()
+	mgr, err := scrape.NewManager(&scrape.Options{
+		AppendMetadata:          true,
+		DiscoveryReloadInterval: model.Duration(50 * time.Millisecond),
+	}, nil, nil, nil, s, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(cfgYAML, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := mgr.ApplyConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
+	tsets := make(chan map[string][]*targetgroup.Group, 1)
+	done := make(chan error, 1)
+	go func() { done <- mgr.Run(tsets) }()
+	stopped := false
+	return tsets, func() {
+		if !stopped {
+			stopped = true
+			mgr.Stop()
+			<-done
+		}
+	}
+}
+
+// A target instrumented with client_golang, scraped over protobuf: its
+// native histogram and the exemplars on its counter and histogram reach the
+// WAL as histogram and exemplar records.
+func TestScrapedNativeHistogramsAndExemplarsReachWAL(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	latency := prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "demo_latency_seconds", Help: "Latency.", NativeHistogramBucketFactor: 1.1,
+	})
+	requests := prometheus.NewCounter(prometheus.CounterOpts{Name: "demo_requests_total", Help: "Requests."})
+	reg.MustRegister(latency, requests)
+	var observations atomic.Int64
+	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := observations.Add(1)
+		latency.(prometheus.ExemplarObserver).ObserveWithExemplar(float64(n)/100, prometheus.Labels{"trace_id": fmt.Sprint("t", n)})
+		requests.(prometheus.ExemplarAdder).AddWithExemplar(1, prometheus.Labels{"trace_id": fmt.Sprint("c", n)})
+		promhttp.HandlerFor(reg, promhttp.HandlerOpts{}).ServeHTTP(w, r)
+	}))
+	defer target.Close()
+	u, err := url.Parse(target.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	dir := t.TempDir()
+	s, err := Open(dir, Options{}, nil, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	tsets, stop := runScrapeManager(t, s, `
+global:
+  scrape_interval: 100ms
+  scrape_timeout: 90ms
+scrape_configs:
+  - job_name: instrumented
+    scrape_native_histograms: true
+    scrape_protocols: [PrometheusProto]
+`)
+	defer stop()
+	tsets <- map[string][]*targetgroup.Group{"instrumented": {{
+		Source:  "static",
+		Targets: []model.LabelSet{{model.AddressLabel: model.LabelValue(u.Host)}},
+	}}}
+	waitFor(t, 10*time.Second, "three scrapes", func() bool { return observations.Load() >= 3 })
+	stop()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	c := readRecords(t, dir)
+	histograms := 0
+	for _, h := range c.hists {
+		if labelsOf(c, h.Ref) == `{__name__="demo_latency_seconds", instance="`+u.Host+`", job="instrumented"}` {
+			histograms++
+			if h.H.Count == 0 || h.H.Schema < 0 {
+				t.Errorf("native histogram sample looks empty: %+v", h.H)
+			}
+		}
+	}
+	for _, h := range c.fhists {
+		if labelsOf(c, h.Ref) == `{__name__="demo_latency_seconds", instance="`+u.Host+`", job="instrumented"}` {
+			histograms++
+		}
+	}
+	if histograms < 2 {
+		t.Errorf("native histogram samples for demo_latency_seconds = %d, want at least 2", histograms)
+	}
+	exemplarsBySeries := map[string]int{}
+	for _, e := range c.exemplars {
+		if e.Labels.Get("trace_id") == "" {
+			t.Errorf("exemplar without its trace_id: %v", e.Labels)
+		}
+		exemplarsBySeries[labelsOf(c, e.Ref)]++
+	}
+	for _, name := range []string{"demo_requests_total", "demo_latency_seconds"} {
+		found := false
+		for series, n := range exemplarsBySeries {
+			if strings.Contains(series, `__name__="`+name+`"`) && n > 0 {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("no exemplar record for %s; exemplars by series: %v", name, exemplarsBySeries)
+		}
 	}
 }
