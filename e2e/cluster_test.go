@@ -397,7 +397,7 @@ func TestScaleOut(t *testing.T) {
 	// binomial: 60 draws with p = node-4's ring share (≈ 0.26 for these node
 	// names), mean ≈ 16, σ ≈ 3.4. 0.45 (27 targets) is 3.3σ above the mean
 	// (a false alarm in about 1 run of 2000), while a ring that reshuffled
-	// keys among the old nodes would move about two thirds.
+	// keys among all nodes would move about three quarters.
 	const maxMoved = 0.45
 	if frac > maxMoved {
 		t.Errorf("moved fraction %.3f > %.2f", frac, maxMoved)
