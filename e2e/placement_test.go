@@ -1,0 +1,168 @@
+package e2e
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// clusterTarget is one entry of /api/v1/cluster/targets.
+type clusterTarget struct {
+	Job       string   `json:"job"`
+	ScrapeURL string   `json:"scrapeUrl"`
+	Owners    []string `json:"owners"`
+	ScrapedBy []string `json:"scrapedBy"`
+	Status    string   `json:"status"`
+}
+
+type clusterTargetsResponse struct {
+	Status string `json:"status"`
+	Data   struct {
+		Targets     []clusterTarget `json:"targets"`
+		Unreachable []string        `json:"unreachable"`
+	} `json:"data"`
+}
+
+// checkPlacement asks node a for the cluster-wide view and checks that every
+// wanted target is there, owned by rf nodes and scraped by exactly them.
+func checkPlacement(a *agent, want []*target, rf int) error {
+	var r clusterTargetsResponse
+	if err := a.getJSON("/api/v1/cluster/targets", &r); err != nil {
+		return err
+	}
+	if r.Status != "success" || len(r.Data.Unreachable) > 0 {
+		return fmt.Errorf("%s: status %q, unreachable peers %v", a.spec.name, r.Status, r.Data.Unreachable)
+	}
+	byURL := map[string]clusterTarget{}
+	for _, ct := range r.Data.Targets {
+		byURL[ct.ScrapeURL] = ct
+	}
+	var problems []string
+	for _, tg := range want {
+		ct, ok := byURL["http://"+tg.addr+"/metrics"]
+		switch {
+		case !ok:
+			problems = append(problems, tg.addr+" missing")
+		case len(ct.Owners) != rf:
+			problems = append(problems, fmt.Sprintf("%s has owners %v, want %d", tg.addr, ct.Owners, rf))
+		case ct.Status != "ok":
+			problems = append(problems, fmt.Sprintf("%s is %s: owners %v, scraped by %v", tg.addr, ct.Status, ct.Owners, ct.ScrapedBy))
+		case !slices.Equal(sorted(ct.Owners), sorted(ct.ScrapedBy)):
+			problems = append(problems, fmt.Sprintf("%s owners %v but scraped by %v", tg.addr, ct.Owners, ct.ScrapedBy))
+		}
+	}
+	if len(problems) > 0 {
+		if len(problems) > 6 {
+			problems = append(problems[:6], fmt.Sprintf("... and %d more", len(problems)-6))
+		}
+		return fmt.Errorf("%s /api/v1/cluster/targets: %s", a.spec.name, strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+func sorted(s []string) []string {
+	c := slices.Clone(s)
+	slices.Sort(c)
+	return c
+}
+
+// TestClusterTargetsView checks that every node answers the cluster-wide
+// view the same way: each target with its ring owner, scraped by exactly it.
+func TestClusterTargetsView(t *testing.T) {
+	needBinary(t)
+	targets, _, nodes, owners := shardedSetup(t, 3)
+	for _, a := range nodes {
+		eventually(t, convergeTimeout, a.spec.name+"'s cluster-wide view", func() error {
+			return checkPlacement(a, targets, 1)
+		})
+	}
+	// The view's owners are the nodes really scraping each target.
+	var r clusterTargetsResponse
+	if err := nodes[0].getJSON("/api/v1/cluster/targets", &r); err != nil {
+		t.Fatal(err)
+	}
+	for _, ct := range r.Data.Targets {
+		inst := strings.TrimSuffix(strings.TrimPrefix(ct.ScrapeURL, "http://"), "/metrics")
+		if len(ct.ScrapedBy) != 1 || ct.ScrapedBy[0] != owners[inst] {
+			t.Errorf("%s: view says scraped by %v, the targets APIs say %s", inst, ct.ScrapedBy, owners[inst])
+		}
+	}
+}
+
+// TestReplicationFactorTwo runs three replicas with
+// --cluster.replication-factor=2, each with its own replica external label
+// (as an HA pair of Prometheus servers would): every target is scraped by
+// exactly two distinct nodes, and the receiver gets exactly one clean series
+// per target and replica.
+func TestReplicationFactorTwo(t *testing.T) {
+	needBinary(t)
+	const n, rf, count = 3, 2, 30
+	targets := startTargets(t, count, 0)
+	recv := startReceiver(t)
+	nodes := make([]*agent, n)
+	for i := range nodes {
+		name := fmt.Sprintf("node-%d", i+1)
+		cfg := writeConfig(t, t.TempDir(), configOpts{
+			targets:        targetAddrs(targets),
+			remoteWriteURL: recv.writeURL(),
+			externalLabels: map[string]string{"replica": name},
+		})
+		nodes[i] = newAgent(t, agentSpec{
+			name: name, ip: fmt.Sprintf("127.0.0.%d", i+1), config: cfg, cluster: true, waitForSize: n,
+			extraArgs: []string{fmt.Sprintf("--cluster.replication-factor=%d", rf)},
+		})
+	}
+	for _, a := range nodes {
+		for _, b := range nodes {
+			if a != b {
+				a.join = append(a.join, b.gossipAddr)
+			}
+		}
+	}
+	startCluster(t, nodes)
+
+	eventually(t, convergeTimeout, "every target scraped by two nodes", func() error {
+		scrapers := map[string][]string{}
+		for _, a := range nodes {
+			active, err := a.activeTargets()
+			if err != nil {
+				return err
+			}
+			for inst, at := range active {
+				if at.Health != "up" {
+					return fmt.Errorf("%s on %s: health %q", inst, a.spec.name, at.Health)
+				}
+				scrapers[inst] = append(scrapers[inst], a.spec.name)
+			}
+		}
+		for _, tg := range targets {
+			if got := scrapers[tg.addr]; len(got) != rf {
+				return fmt.Errorf("%s scraped by %v, want %d nodes", tg.addr, got, rf)
+			}
+		}
+		return checkPlacement(nodes[0], targets, rf)
+	})
+
+	w0 := time.Now()
+	waitServed(t, targets, w0, 3*rf, convergeTimeout)
+	waitReceiverCaughtUp(t, recv, targets, w0)
+	ups, err := recv.seriesOf("up")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for inst, g := range byInstance(ups) {
+		replicas := map[string]bool{}
+		for _, s := range g {
+			replicas[s.labels.Get("replica")] = true
+		}
+		if len(g) != rf || len(replicas) != rf {
+			t.Errorf("%s: %d up series from replicas %v, want one from each of %d replicas", inst, len(g), replicas, rf)
+		}
+	}
+	if err := checkSeriesClean(ups); err != nil {
+		t.Error(err)
+	}
+	recv.checkNoRejections(t)
+}
