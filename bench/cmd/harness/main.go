@@ -32,6 +32,7 @@ func main() {
 		microPkgs                     []string
 		benchtime                     string
 		ringSizes, gossipSizes        []int
+		gossipRounds                  int
 		skipSide, skipSims, skipMicro bool
 	)
 	app := kingpin.New("harness", "Side-by-side benchmark of shoal, Prometheus agent mode and vmagent, plus ring and gossip simulations.")
@@ -55,6 +56,7 @@ func main() {
 	app.Flag("micro-benchtime", "go test -benchtime for the micro-benchmarks.").Default("300ms").StringVar(&benchtime)
 	app.Flag("ring-sizes", "Ring sizes for the balance and movement simulation.").Default("3", "10", "30", "100").IntsVar(&ringSizes)
 	app.Flag("gossip-sizes", "Cluster sizes for the gossip convergence simulation.").Default("10", "50").IntsVar(&gossipSizes)
+	app.Flag("gossip-rounds", "Rounds per cluster size in the gossip simulation (median and worst are reported).").Default("3").IntVar(&gossipRounds)
 	app.Flag("skip-side-by-side", "Skip the agent comparison.").BoolVar(&skipSide)
 	app.Flag("skip-sims", "Skip the ring and gossip simulations.").BoolVar(&skipSims)
 	app.Flag("skip-micro", "Skip the Go micro-benchmarks.").BoolVar(&skipMicro)
@@ -117,7 +119,7 @@ func main() {
 		rep := fmt.Sprintf("Measured %s on %s. Command: `%s`\n\n", started.UTC().Format("2006-01-02 15:04 MST"), machine, command)
 		write("ring", "Ring balance and movement (simulation)", rep+sim.RingReport(ringSizes, 512, 10000))
 		logger.Info("gossip simulation", "sizes", gossipSizes)
-		g, err := sim.GossipReport(ctx, gossipSizes, 2*time.Minute)
+		g, err := sim.GossipReport(ctx, gossipSizes, gossipRounds, 2*time.Minute)
 		if err != nil {
 			status = 1
 			logger.Error("gossip simulation failed", "err", err)
