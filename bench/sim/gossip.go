@@ -12,8 +12,8 @@ import (
 )
 
 // Gossip is how long membership news takes to reach every node of an
-// in-process cluster on loopback with memberlist's default LAN timings
-// (what shoal runs with).
+// in-process cluster on loopback with the memberlist settings shoal runs
+// with (cluster.DefaultConfig).
 type Gossip struct {
 	Nodes int
 	// Join: from starting N-1 nodes that all join node 0 until every node
@@ -190,7 +190,7 @@ func GossipConvergence(ctx context.Context, n int, timeout time.Duration) (Gossi
 func GossipReport(ctx context.Context, sizes []int, rounds int, timeout time.Duration) (string, error) {
 	rounds = max(rounds, 1)
 	var b []byte
-	b = fmt.Appendf(b, "In-process nodes of package `cluster` on 127.0.0.1 with memberlist's default LAN timings (gossip every 200ms to 3 peers, probe every 1s, push/pull every 30s), the ones shoal uses. "+
+	b = fmt.Appendf(b, "In-process nodes of package `cluster` on 127.0.0.1 with exactly the memberlist settings shoal runs with (`cluster.DefaultConfig()`: memberlist's LAN profile as tuned by package `cluster`). "+
 		"Times are from the event until **every** node has seen it; each cell is the median of %d rounds, the worst in parentheses.\n\n", rounds)
 	b = append(b, "| nodes | join (N-1 nodes join one seed) | all turn participant | one node terminating | graceful leave | crash detected |\n|---:|---:|---:|---:|---:|---:|\n"...)
 	for _, n := range sizes {
