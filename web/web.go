@@ -9,6 +9,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	promscrape "github.com/prometheus/prometheus/scrape"
@@ -107,6 +108,13 @@ func New(opts Options, logger *slog.Logger) *Handler {
 	h.mux.HandleFunc("GET /api/v1/targets", h.apiTargets)
 	h.mux.HandleFunc("GET /api/v1/cluster/peers", h.apiPeers)
 	h.mux.HandleFunc("GET /api/v1/cluster/targets", h.apiClusterTargets)
+	// Profiles, as Prometheus serves them, for the CPU and memory investigations
+	// that benchmarks start.
+	h.mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	h.mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+	h.mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	h.mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+	h.mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	return h
 }
 

@@ -271,4 +271,5 @@ func TestReadyAndReload(t *testing.T) {
 	check("POST", "/-/reload", 200, "reloaded")
 	check("GET", "/", 200, "<html")
 	check("GET", "/metrics", 200, "go_goroutines")
+	check("GET", "/debug/pprof/heap?debug=1", 200, "heap profile")
 }
