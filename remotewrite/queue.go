@@ -125,6 +125,9 @@ type queue struct {
 	cancel   context.CancelFunc
 	done     chan struct{}
 
+	// shardBufs are the send buffers of each shard, reused across chunks.
+	shardBufs []*shardBuffers
+
 	// decode buffers, reused.
 	bufSeries  []record.RefSeries
 	bufSamples []record.RefSample

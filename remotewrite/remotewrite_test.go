@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/golang/snappy"
+	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/prompb"
 	"github.com/prometheus/prometheus/tsdb/chunks"
 	"github.com/prometheus/prometheus/tsdb/record"
@@ -467,14 +469,71 @@ func TestHistogramsDelivered(t *testing.T) {
 
 func TestHistogramValuesSurvive(t *testing.T) {
 	h := testHistogram(3)
-	req, cnt := buildRequest([]item{{ref: 1, kind: kindHistogram, t: 5, h: h}}, nil)
+	b := newShardBuffers()
+	cnt := b.build([]item{{ref: 1, kind: kindHistogram, t: 5, h: h}}, nil)
 	if cnt.histograms != 1 {
 		t.Fatalf("counts = %+v", cnt)
 	}
-	got := req.Timeseries[0].Histograms[0].ToIntHistogram()
+	got := b.req.Timeseries[0].Histograms[0].ToIntHistogram()
 	if !got.Equals(h) {
 		t.Fatalf("histogram changed on the way: %v != %v", got, h)
 	}
+}
+
+// The send buffers are reused from request to request: a later, smaller
+// request must carry exactly its own series and samples, nothing left over.
+func TestReusedBuffersCarryNothingOver(t *testing.T) {
+	b := newShardBuffers()
+	a := labels.FromStrings("__name__", "a", "job", "j", "instance", "long-instance-name:9100")
+	c := labels.FromStrings("__name__", "c")
+	decode := func(cnt counts) prompb.WriteRequest {
+		t.Helper()
+		raw, err := b.encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		plain, err := snappy.Decode(nil, raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var req prompb.WriteRequest
+		if err := req.Unmarshal(plain); err != nil {
+			t.Fatal(err)
+		}
+		return req
+	}
+
+	cnt := b.build([]item{
+		{ref: 1, lbls: a, kind: kindSample, t: 1, v: 1},
+		{ref: 2, lbls: c, kind: kindSample, t: 1, v: 10},
+		{ref: 1, lbls: a, kind: kindSample, t: 2, v: 2},
+	}, nil)
+	first := decode(cnt)
+	if cnt.samples != 3 || len(first.Timeseries) != 2 || len(first.Timeseries[0].Samples) != 2 {
+		t.Fatalf("first request: counts %+v, %+v", cnt, first.Timeseries)
+	}
+
+	cnt = b.build([]item{{ref: 2, lbls: c, kind: kindSample, t: 3, v: 30}}, nil)
+	second := decode(cnt)
+	if cnt.samples != 1 || len(second.Timeseries) != 1 {
+		t.Fatalf("second request: counts %+v, %d series", cnt, len(second.Timeseries))
+	}
+	ts := second.Timeseries[0]
+	if got := labelsFromProto(ts.Labels); !labels.Equal(got, c) {
+		t.Errorf("labels %v, want %v", got, c)
+	}
+	if len(ts.Samples) != 1 || ts.Samples[0].Timestamp != 3 || ts.Samples[0].Value != 30 || len(ts.Histograms)+len(ts.Exemplars) != 0 {
+		t.Errorf("samples %+v histograms %d exemplars %d, want exactly {30 @3}", ts.Samples, len(ts.Histograms), len(ts.Exemplars))
+	}
+}
+
+func labelsFromProto(ls []prompb.Label) labels.Labels {
+	b := labels.NewScratchBuilder(len(ls))
+	for _, l := range ls {
+		b.Add(l.Name, l.Value)
+	}
+	b.Sort()
+	return b.Labels()
 }
 
 func TestCheckpointForgetsDeadSeries(t *testing.T) {

@@ -16,37 +16,54 @@ import (
 	"github.com/prometheus/prometheus/util/compression"
 )
 
+// shardBuffers are one shard's reusable buffers. Building and encoding a
+// request then allocates nothing per sample: the TimeSeries slice, each
+// series' label and sample slices, the protobuf bytes and the snappy output
+// all keep their capacity from one request to the next. A shard index is used
+// by one goroutine at a time (sendChunk waits for every shard), so there is no
+// locking.
+type shardBuffers struct {
+	items []item // this shard's part of the chunk being sent
+	req   prompb.WriteRequest
+	index map[chunks.HeadSeriesRef]int
+	proto []byte
+	comp  compression.EncodeBuffer
+}
+
+func newShardBuffers() *shardBuffers {
+	return &shardBuffers{index: map[chunks.HeadSeriesRef]int{}, comp: compression.NewSyncEncodeBuffer()}
+}
+
 // sendChunk spreads c over n shards by series ref (so that each series stays
 // in order), sends every shard's part in requests of at most
 // max_samples_per_send, and waits for all of them. ok is false when ctx ended
 // before everything was acknowledged or dropped.
 func (q *queue) sendChunk(ctx context.Context, c *chunk, n int) (ok, retried bool) {
-	parts := make([][]item, n)
-	per := len(c.items)/n + 1
-	for i := range parts {
-		parts[i] = make([]item, 0, per)
+	for len(q.shardBufs) < n {
+		q.shardBufs = append(q.shardBufs, newShardBuffers())
 	}
+	bufs := q.shardBufs[:n]
 	for _, it := range c.items {
-		s := uint64(it.ref) % uint64(n)
-		parts[s] = append(parts[s], it)
+		b := bufs[uint64(it.ref)%uint64(n)]
+		b.items = append(b.items, it)
 	}
 	var (
 		wg        sync.WaitGroup
 		failed    atomic.Bool
 		anyRetrid atomic.Bool
 	)
-	for i, p := range parts {
+	for i, b := range bufs {
 		var md []prompb.MetricMetadata
 		if i == 0 {
 			md = c.metadata
 		}
-		if len(p) == 0 && len(md) == 0 {
+		if len(b.items) == 0 && len(md) == 0 {
 			continue
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ok, r := q.runShard(ctx, p, md)
+			ok, r := q.runShard(ctx, b, md)
 			if !ok {
 				failed.Store(true)
 			}
@@ -56,16 +73,21 @@ func (q *queue) sendChunk(ctx context.Context, c *chunk, n int) (ok, retried boo
 		}()
 	}
 	wg.Wait()
+	for _, b := range bufs {
+		clear(b.items) // drop references to labels and histograms already sent
+		b.items = b.items[:0]
+	}
 	return !failed.Load(), anyRetrid.Load()
 }
 
 // runShard sends one shard's items in order.
-func (q *queue) runShard(ctx context.Context, items []item, md []prompb.MetricMetadata) (ok, retried bool) {
+func (q *queue) runShard(ctx context.Context, b *shardBuffers, md []prompb.MetricMetadata) (ok, retried bool) {
+	items := b.items
 	for len(items) > 0 || len(md) > 0 {
 		k := min(len(items), q.s.maxPerSend)
-		req, cnt := buildRequest(items[:k], md)
+		cnt := b.build(items[:k], md)
 		items, md = items[k:], nil
-		ok, r := q.sendRequest(ctx, req, cnt)
+		ok, r := q.sendRequest(ctx, b, cnt)
 		retried = retried || r
 		if !ok {
 			return false, retried
@@ -74,19 +96,31 @@ func (q *queue) runShard(ctx context.Context, items []item, md []prompb.MetricMe
 	return true, retried
 }
 
-// buildRequest groups items by series: one TimeSeries per series per request.
-func buildRequest(items []item, md []prompb.MetricMetadata) (*prompb.WriteRequest, counts) {
-	req := &prompb.WriteRequest{Metadata: md}
+// build fills b.req with items grouped by series (one TimeSeries per series
+// per request), reusing the slices of the previous request.
+func (b *shardBuffers) build(items []item, md []prompb.MetricMetadata) counts {
+	b.req.Metadata = md
 	cnt := counts{metadata: len(md)}
-	idx := make(map[chunks.HeadSeriesRef]int, len(items))
+	clear(b.index)
+	all := b.req.Timeseries[:cap(b.req.Timeseries)]
+	used := 0
 	for _, it := range items {
-		i, ok := idx[it.ref]
+		i, ok := b.index[it.ref]
 		if !ok {
-			i = len(req.Timeseries)
-			idx[it.ref] = i
-			req.Timeseries = append(req.Timeseries, prompb.TimeSeries{Labels: prompb.FromLabels(it.lbls, nil)})
+			i = used
+			used++
+			b.index[it.ref] = i
+			if i == len(all) {
+				all = append(all, prompb.TimeSeries{})
+				all = all[:cap(all)]
+			}
+			ts := &all[i]
+			ts.Labels = prompb.FromLabels(it.lbls, ts.Labels[:0])
+			ts.Samples = ts.Samples[:0]
+			ts.Histograms = ts.Histograms[:0]
+			ts.Exemplars = ts.Exemplars[:0]
 		}
-		ts := &req.Timeseries[i]
+		ts := &all[i]
 		switch it.kind {
 		case kindSample:
 			ts.Samples = append(ts.Samples, prompb.Sample{Value: it.v, Timestamp: it.t})
@@ -105,18 +139,30 @@ func buildRequest(items []item, md []prompb.MetricMetadata) (*prompb.WriteReques
 			cnt.maxT = max(cnt.maxT, it.t)
 		}
 	}
-	return req, cnt
+	b.req.Timeseries = all[:used]
+	return cnt
+}
+
+// encode marshals and compresses b.req into b's reused buffers. The result
+// is valid until the next encode on b.
+func (b *shardBuffers) encode() ([]byte, error) {
+	size := b.req.Size()
+	if cap(b.proto) < size {
+		b.proto = make([]byte, size)
+	}
+	n, err := b.req.MarshalToSizedBuffer(b.proto[:size])
+	if err != nil {
+		return nil, err
+	}
+	return compression.Encode(compression.Snappy, b.proto[size-n:size], b.comp)
 }
 
 // sendRequest sends one request, retrying recoverable errors (5xx, network
 // errors, 429 when retry_on_http_429 is set) with exponential backoff until
 // it succeeds or ctx ends. Other errors drop the request and count it as
 // failed. ok is false only when ctx ended first.
-func (q *queue) sendRequest(ctx context.Context, req *prompb.WriteRequest, cnt counts) (ok, retried bool) {
-	raw, err := req.Marshal()
-	if err == nil {
-		raw, err = compression.Encode(compression.Snappy, raw, nil)
-	}
+func (q *queue) sendRequest(ctx context.Context, b *shardBuffers, cnt counts) (ok, retried bool) {
+	raw, err := b.encode()
 	if err != nil {
 		q.countFailed(cnt)
 		q.logger.Error("Cannot encode remote-write request; dropping it", "err", err)

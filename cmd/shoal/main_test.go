@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -243,6 +244,12 @@ func TestReload(t *testing.T) {
 		return resp.StatusCode == http.StatusOK
 	})
 	eventually(t, 30*time.Second, "job a active", func() bool { return activeJobs(t, base)["a"] == 1 })
+	if os.Getenv("GOGC") == "" {
+		// runtime.gogc defaults to 75 as in Prometheus; SetGCPercent reads it back.
+		if got := debug.SetGCPercent(75); got != 75 {
+			t.Errorf("GC percent after loading the config = %d, want runtime.gogc's default 75", got)
+		}
+	}
 
 	reload := func() (int, string) {
 		resp, err := http.Post(base+"/-/reload", "", nil)

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -498,6 +499,11 @@ func (a *agent) applyConfig(cfg *config.Config) error {
 	}
 	if err := a.filter.ApplyConfig(cfg); err != nil {
 		errs = append(errs, fmt.Errorf("ownership filter: %w", err))
+	}
+	// runtime.gogc (default 75, or $GOGC) trades memory for GC work as in
+	// Prometheus, which reads the same configuration section.
+	if old := debug.SetGCPercent(cfg.Runtime.GoGC); old != cfg.Runtime.GoGC {
+		a.logger.Info("Updated GOGC", "old", old, "new", cfg.Runtime.GoGC)
 	}
 	sd := make(map[string]discovery.Configs, len(scfgs))
 	for _, sc := range scfgs {
