@@ -109,7 +109,7 @@ type queue struct {
 	reader *walReader
 	dec    record.Decoder
 	lb     *labels.Builder
-	series map[chunks.HeadSeriesRef]seriesEntry
+	series seriesTable
 
 	saved      position // from the progress file
 	savedFound bool
@@ -149,7 +149,6 @@ func newQueue(sp *spec, walDir, progressDir string, client remote.WriteClient, m
 		progressPath: filepath.Join(progressDir, sp.name+".json"),
 		dec:          record.NewDecoder(labels.NewSymbolTable(), logger),
 		lb:           labels.NewBuilder(labels.EmptyLabels()),
-		series:       map[chunks.HeadSeriesRef]seriesEntry{},
 		notify:       make(chan struct{}, 1),
 		drain:        make(chan struct{}),
 		done:         make(chan struct{}),
@@ -248,7 +247,7 @@ func (q *queue) run(ctx context.Context) {
 		start, err := q.reader.open(ctx, q.saved, q.savedFound)
 		if err == nil {
 			q.acked = start
-			q.logger.Info("Remote-write queue started", "segment", start.Segment, "offset", start.Offset, "series", len(q.series))
+			q.logger.Info("Remote-write queue started", "segment", start.Segment, "offset", start.Offset, "series", q.series.len())
 			break
 		}
 		if ctx.Err() != nil {
@@ -430,30 +429,24 @@ func (q *queue) storeSeries(series []record.RefSeries, seg int) {
 		if !keep {
 			e.lbls = labels.EmptyLabels()
 		}
-		q.series[s.Ref] = e
+		q.series.set(s.Ref, e)
 	}
-	q.m.seriesCached.Set(float64(len(q.series)))
+	q.m.seriesCached.Set(float64(q.series.len()))
 }
 
 // gcSeries forgets series that the WAL no longer has: defined before the
 // checkpoint cpIndex and not carried into it.
 func (q *queue) gcSeries(cpIndex int) {
-	n := 0
-	for ref, e := range q.series {
-		if e.seg < cpIndex {
-			delete(q.series, ref)
-			n++
-		}
-	}
-	q.m.seriesCached.Set(float64(len(q.series)))
+	n := q.series.deleteIf(func(e seriesEntry) bool { return e.seg < cpIndex })
+	q.m.seriesCached.Set(float64(q.series.len()))
 	if n > 0 {
-		q.logger.Debug("Forgot series gone from the WAL", "checkpoint", cpIndex, "series", n, "remaining", len(q.series))
+		q.logger.Debug("Forgot series gone from the WAL", "checkpoint", cpIndex, "series", n, "remaining", q.series.len())
 	}
 }
 
 // lookup returns the labels of ref, counting a drop when there are none.
 func (q *queue) lookup(ref chunks.HeadSeriesRef, dropped func(reason string)) (labels.Labels, bool) {
-	e, ok := q.series[ref]
+	e, ok := q.series.get(ref)
 	switch {
 	case !ok:
 		dropped(reasonUnknownSeries)
@@ -573,7 +566,7 @@ func (q *queue) handleRecord(rec []byte, seg int, sendable bool, c *chunk) {
 			return
 		}
 		for _, md := range q.bufMeta {
-			e, ok := q.series[md.Ref]
+			e, ok := q.series.get(md.Ref)
 			if !ok || e.dropped {
 				continue
 			}
