@@ -56,7 +56,7 @@ func newMemSeries(ref chunks.HeadSeriesRef, lset labels.Labels, hash uint64, tou
 type stripeSeries struct {
 	mask   uint64
 	hashes []hashStripe
-	refs   []refStripe
+	refs   *refIndex
 }
 
 type hashStripe struct {
@@ -65,34 +65,23 @@ type hashStripe struct {
 	_ [32]byte                // keep neighbouring stripes off one cache line
 }
 
-type refStripe struct {
-	sync.RWMutex
-	m map[chunks.HeadSeriesRef]*memSeries
-	_ [32]byte
-}
-
 const stripeCount = 4096 // power of two
 
 func newStripeSeries() *stripeSeries {
 	s := &stripeSeries{
 		mask:   stripeCount - 1,
 		hashes: make([]hashStripe, stripeCount),
-		refs:   make([]refStripe, stripeCount),
+		refs:   newRefIndex(),
 	}
 	for i := range s.hashes {
 		s.hashes[i].m = map[uint64][]*memSeries{}
-		s.refs[i].m = map[chunks.HeadSeriesRef]*memSeries{}
 	}
 	return s
 }
 
 // getByRef returns the series with ref, dead or alive, or nil.
 func (s *stripeSeries) getByRef(ref chunks.HeadSeriesRef) *memSeries {
-	st := &s.refs[uint64(ref)&s.mask]
-	st.RLock()
-	ms := st.m[ref]
-	st.RUnlock()
-	return ms
+	return s.refs.get(ref)
 }
 
 // getByLabels returns the live series with these labels, or nil.
@@ -128,11 +117,7 @@ func (s *stripeSeries) getOrSet(ms *memSeries) (_ *memSeries, created bool) {
 	}
 	st.m[ms.hash] = append(st.m[ms.hash], ms)
 	st.Unlock()
-
-	rs := &s.refs[uint64(ms.ref)&s.mask]
-	rs.Lock()
-	rs.m[ms.ref] = ms
-	rs.Unlock()
+	s.refs.set(ms.ref, ms)
 	return ms, true
 }
 
@@ -150,38 +135,29 @@ func (s *stripeSeries) replaceByLabels(old, ms *memSeries) {
 		}
 	}
 	st.Unlock()
-	rs := &s.refs[uint64(ms.ref)&s.mask]
-	rs.Lock()
-	rs.m[ms.ref] = ms
-	rs.Unlock()
+	s.refs.set(ms.ref, ms)
 }
 
 // deleteRef removes ref from the ref index (replay only).
 func (s *stripeSeries) deleteRef(ref chunks.HeadSeriesRef) {
-	rs := &s.refs[uint64(ref)&s.mask]
-	rs.Lock()
-	delete(rs.m, ref)
-	rs.Unlock()
+	s.refs.set(ref, nil)
 }
 
 // gc marks dead and removes every series that is not pending and was last
 // touched before cutoff, and returns them.
 func (s *stripeSeries) gc(cutoff int64) []*memSeries {
 	var victims []*memSeries
-	for i := range s.refs {
-		rs := &s.refs[i]
-		rs.Lock()
-		for ref, ms := range rs.m {
-			ms.mu.Lock()
-			if ms.pending == 0 && ms.touched < cutoff {
-				ms.dead = true
-				victims = append(victims, ms)
-				delete(rs.m, ref)
-			}
-			ms.mu.Unlock()
+	s.refs.mu.Lock()
+	s.refs.forEachLocked(func(ref chunks.HeadSeriesRef, ms *memSeries) {
+		ms.mu.Lock()
+		if ms.pending == 0 && ms.touched < cutoff {
+			ms.dead = true
+			victims = append(victims, ms)
+			s.refs.setLocked(ref, nil)
 		}
-		rs.Unlock()
-	}
+		ms.mu.Unlock()
+	})
+	s.refs.mu.Unlock()
 	for _, ms := range victims {
 		st := &s.hashes[ms.hash&s.mask]
 		st.Lock()
