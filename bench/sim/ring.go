@@ -8,10 +8,9 @@ import (
 	"slices"
 	"strconv"
 
-	"github.com/cespare/xxhash/v2"
-
 	"github.com/shoal-dev/shoal/bench/loadgen"
 	"github.com/shoal-dev/shoal/ring"
+	"github.com/shoal-dev/shoal/scrape"
 )
 
 // Target is one synthetic target: its ring key and how many samples a
@@ -21,16 +20,6 @@ type Target struct {
 	Samples int
 }
 
-// TargetKey is shoal's target identity: xxhash64(job + "\xff" + scrapeURL),
-// as in DESIGN.md (and scrape.TargetKeyString).
-func TargetKey(job, scrapeURL string) uint64 {
-	var d xxhash.Digest
-	d.Reset()
-	_, _ = d.WriteString(job)
-	_, _ = d.WriteString("\xff")
-	_, _ = d.WriteString(scrapeURL)
-	return d.Sum64()
-}
 
 // Targets returns n targets with realistic identities (job names and
 // pod-like URLs) whose sizes follow the load generator's model: all equal
@@ -43,7 +32,7 @@ func Targets(n, series int, skew, largeFraction float64) []Target {
 		job := jobs[i%len(jobs)]
 		url := "http://10." + strconv.Itoa(i>>16&255) + "." + strconv.Itoa(i>>8&255) + "." + strconv.Itoa(i&255) + ":" +
 			strconv.Itoa(9100+i%len(jobs)) + "/metrics"
-		out[i] = Target{Key: TargetKey(job, url), Samples: sizes[i]}
+		out[i] = Target{Key: scrape.TargetKeyString(job, url), Samples: sizes[i]}
 	}
 	return out
 }
