@@ -20,7 +20,6 @@ type Target struct {
 	Samples int
 }
 
-
 // Targets returns n targets with realistic identities (job names and
 // pod-like URLs) whose sizes follow the load generator's model: all equal
 // (skew <= 1), or a share largeFraction of them skew times larger.
