@@ -76,7 +76,7 @@ type Config struct {
 	// bytes long. Nodes with different keys never merge. Default: none.
 	SecretKey []byte
 
-	// WaitForSize makes Ready false until this many participants (this node
+	// WaitForSize makes Ready false until this many non-terminating members (this node
 	// included) are seen, or until WaitTimeout has passed since Start.
 	// Default: 0 (ready at once).
 	WaitForSize int

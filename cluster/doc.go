@@ -73,7 +73,8 @@
 //
 // # Wait for size
 //
-// Ready is false until WaitForSize participants (this node included) are
+// Ready is false until WaitForSize members that are not terminating (this
+// node included, viewers too: a node stays a viewer until it is ready) are
 // seen, or until WaitTimeout (default 5m, never infinite) has passed since
 // Start; with WaitForSize 0 it is true at once. Once true it stays true.
 //

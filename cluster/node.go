@@ -492,18 +492,20 @@ func (n *Node) checkReady() {
 		n.mu.Unlock()
 		return
 	}
+	// Viewers count: a node stays a viewer (off the ring) until it is ready,
+	// so counting only participants would never let a new cluster start.
 	count := 0
-	if n.state == Participant {
+	if n.state != Terminating {
 		count++
 	}
 	for _, p := range n.peers {
-		if p.State == Participant {
+		if p.State != Terminating {
 			count++
 		}
 	}
 	n.mu.Unlock()
 	if count >= n.cfg.WaitForSize {
-		n.markReady(fmt.Sprintf("%d participants seen", count))
+		n.markReady(fmt.Sprintf("%d members seen", count))
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -33,36 +34,47 @@ func TestWaitForSizeHoldsUntilMet(t *testing.T) {
 	if got := testutil.ToFloat64(first.metrics.minimumSize); got != 3 {
 		t.Errorf("cluster_minimum_size = %v", got)
 	}
-	first.SetState(Participant)
-
-	var others []testNode
-	for i := 2; i <= 3; i++ {
+	join := func(i int, state State) testNode {
 		c := testConfig(tn, i)
 		c.Join = []string{tn.addr(1)}
-		others = append(others, startNode(t, c))
+		n, err := New(c, testLogger(t, c.NodeName), prometheus.NewRegistry())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := n.SetState(state); err != nil {
+			t.Fatal(err)
+		}
+		if err := n.Start(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { n.Shutdown() })
+		return testNode{Node: n}
 	}
-	others[0].SetState(Participant)
-	all := append([]testNode{first}, others...)
-	eventually(t, 10*time.Second, "two participants and a viewer", converged(all, "node-01=participant,node-02=participant,node-03=viewer"))
+	// Two members, and a third that is already terminating: it does not count.
+	second, third := join(2, Viewer), join(3, Terminating)
+	eventually(t, 10*time.Second, "two viewers and a terminating node",
+		converged([]testNode{first, second, third}, "node-01=viewer,node-02=viewer,node-03=terminating"))
 	if first.Ready() {
-		t.Fatal("ready with 2 of 3 participants")
+		t.Fatal("ready with 2 of 3 members (the third is terminating)")
 	}
 	if got := testutil.ToFloat64(first.metrics.ready); got != 0 {
 		t.Errorf("cluster_ready_for_traffic = %v before the size is met", got)
 	}
 
-	others[1].SetState(Participant)
+	// A viewer counts: nodes stay viewers, off the ring, until they are ready.
+	fourth := join(4, Viewer)
 	if err := first.WaitReady(waitCtx(t, 10*time.Second)); err != nil {
-		t.Fatalf("not ready after the third participant: %v", err)
+		t.Fatalf("not ready with three viewers: %v", err)
 	}
 	if !first.Ready() || testutil.ToFloat64(first.metrics.ready) != 1 {
 		t.Error("Ready or cluster_ready_for_traffic not set")
 	}
 	// Once ready, it stays ready when the cluster shrinks.
-	others[1].Shutdown()
-	others[0].Leave(time.Second)
-	others[0].Shutdown()
-	eventually(t, 15*time.Second, "alone again", converged([]testNode{first}, "node-01=participant"))
+	for _, n := range []testNode{second, third, fourth} {
+		n.Leave(time.Second)
+		n.Shutdown()
+	}
+	eventually(t, 15*time.Second, "alone again", converged([]testNode{first}, "node-01=viewer"))
 	if !first.Ready() {
 		t.Error("ready was withdrawn after the cluster shrank")
 	}
@@ -92,7 +104,7 @@ func TestWaitForSizeTimesOut(t *testing.T) {
 		t.Fatalf("still not ready long after the timeout: %v", err)
 	}
 	if waited := time.Since(started); waited < cfg.WaitTimeout {
-		t.Errorf("ready after %s, before the %s timeout, with 1 of 5 participants", waited, cfg.WaitTimeout)
+		t.Errorf("ready after %s, before the %s timeout, with 1 of 5 members", waited, cfg.WaitTimeout)
 	}
 }
 

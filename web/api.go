@@ -208,7 +208,8 @@ type clusterTarget struct {
 	ScrapedBy []string      `json:"scrapedBy"`
 	Health    string        `json:"health,omitempty"`
 	// Status is "ok", "orphan" (nobody scrapes it), "duplicate" (more
-	// scrapers than owners) or "misplaced" (scraped by a non-owner).
+	// scrapers than owners), "misplaced" (scraped by a non-owner) or
+	// "unknown" (an owner could not be asked).
 	Status string `json:"status"`
 }
 
@@ -345,13 +346,19 @@ func (h *Handler) clusterTargets(ctx context.Context) clusterTargets {
 				}
 			}
 		}
-		ct.Status = placementStatus(ct.Owners, ct.ScrapedBy)
+		ct.Status = placementStatus(ct.Owners, ct.ScrapedBy, unreachable)
 		res.Targets = append(res.Targets, ct)
 	}
 	return res
 }
 
-func placementStatus(owners, scrapedBy []string) string {
+func placementStatus(owners, scrapedBy, unreachable []string) string {
+	for _, o := range owners {
+		// An owner that could not be asked may well be scraping it.
+		if slices.Contains(unreachable, o) && !slices.Contains(scrapedBy, o) {
+			return "unknown"
+		}
+	}
 	switch {
 	case len(scrapedBy) == 0:
 		return "orphan"

@@ -154,8 +154,15 @@ func TestClusterTargetsShowDuplicatesAndOrphans(t *testing.T) {
 		t.Fatalf("unreachable = %v, want [b]", resp.Data.Unreachable)
 	}
 	for _, ct := range resp.Data.Targets {
-		if ct.ScrapeURL == urlOf("t4:80") && ct.Status != "orphan" {
-			t.Errorf("t4 is only scraped by the unreachable peer: status %q", ct.Status)
+		switch ct.ScrapeURL {
+		case urlOf("t2:80"): // owned by b, which cannot be asked
+			if ct.Status != "unknown" {
+				t.Errorf("t2's owner is unreachable: status %q, want unknown", ct.Status)
+			}
+		case urlOf("t3:80"): // owned by c, which answers and does not scrape it
+			if ct.Status != "orphan" {
+				t.Errorf("t3: status %q, want orphan", ct.Status)
+			}
 		}
 	}
 }

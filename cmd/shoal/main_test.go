@@ -270,6 +270,18 @@ func TestReload(t *testing.T) {
 		t.Fatalf("after a refused reload the old job must keep running, got %v", jobs)
 	}
 
+	// A file that loads but whose remote write cannot be set up (a missing CA
+	// file) is refused whole: its new job must not start either.
+	writeFile(t, cfgPath, scrapeConfig(map[string]string{"b": strings.TrimPrefix(targetB.URL, "http://")})+
+		"remote_write:\n  - url: https://127.0.0.1:1/api/v1/write\n    tls_config: {ca_file: "+filepath.Join(dir, "missing-ca.pem")+"}\n")
+	if code, body := reload(); code != http.StatusInternalServerError || !strings.Contains(body, "missing-ca.pem") {
+		t.Fatalf("config with a missing CA file: got %d %q, want 500 naming the file", code, body)
+	}
+	time.Sleep(2 * time.Second) // a half-applied job would start within the scrape manager's 1s reload
+	if jobs := activeJobs(t, base); jobs["a"] != 1 || jobs["b"] != 0 {
+		t.Fatalf("after a refused reload only the old job may run, got %v", jobs)
+	}
+
 	writeFile(t, cfgPath, scrapeConfig(map[string]string{"b": strings.TrimPrefix(targetB.URL, "http://")}))
 	if code, body := reload(); code != http.StatusOK {
 		t.Fatalf("good config: got %d %q", code, body)

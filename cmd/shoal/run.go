@@ -53,6 +53,8 @@ type agent struct {
 	configLoaded atomic.Bool
 	walReplayed  atomic.Bool
 	clusterUp    atomic.Bool
+	terminating  atomic.Bool
+	stop         <-chan struct{} // closed when shutdown was requested
 
 	reloadMu          sync.Mutex
 	reloadSuccess     prometheus.Gauge
@@ -94,8 +96,15 @@ func run(ctx context.Context, f *flags) error {
 	// components run on their own context so that they stop in that order
 	// rather than all at once.
 	stop := ctx.Done()
+	a.stop = stop
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
+	// SIGHUP is caught from the start: config reloaders send it whenever a
+	// ConfigMap changes, and its default action would kill the process
+	// during a long WAL replay. One that arrives early is applied once running.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 
 	// The web server and the cluster start before the WAL replays, so that
 	// /-/healthy answers and peers see this node (as a viewer) during a long replay.
@@ -196,14 +205,10 @@ func run(ctx context.Context, f *flags) error {
 
 	if a.node == nil {
 		a.filter.SetRing(nil, f.nodeName, f.replicationFactor, true)
-	} else {
-		// Config loaded and WAL replayed: this node may own targets now.
-		if err := a.node.SetState(cluster.Participant); err != nil {
-			discoveryCancel()
-			return fmt.Errorf("announcing participant state: %w", err)
-		}
-		a.updateRing()
 	}
+	// With clustering, followRing turns this node into a participant once the
+	// cluster is ready (wait-for-size): until then it stays a viewer, off
+	// every ring, so that no peer hands it targets it would not scrape.
 
 	// Actors are interrupted in the order they are added: scraping stops
 	// before remote write flushes, and membership leaves last.
@@ -220,8 +225,6 @@ func run(ctx context.Context, f *flags) error {
 		}, func(error) { close(cancelTerm) })
 	}
 	{
-		hup := make(chan os.Signal, 1)
-		signal.Notify(hup, syscall.SIGHUP)
 		cancelHup := make(chan struct{})
 		g.Add(func() error {
 			for {
@@ -232,10 +235,7 @@ func run(ctx context.Context, f *flags) error {
 					return nil
 				}
 			}
-		}, func(error) {
-			close(cancelHup)
-			signal.Stop(hup)
-		})
+		}, func(error) { close(cancelHup) })
 	}
 	{
 		g.Add(func() error {
@@ -337,14 +337,18 @@ func (o ownershipView) Targets() []shoalscrape.TargetInfo {
 
 func (a *agent) ready() (bool, string) {
 	switch {
-	case !a.configLoaded.Load():
-		return false, "configuration not loaded"
+	case a.terminating.Load():
+		return false, "shutting down"
+	case a.node != nil && !a.clusterUp.Load():
+		return false, "joining the cluster"
 	case !a.walReplayed.Load():
 		return false, "WAL replay in progress"
-	case a.node != nil && !a.clusterUp.Load():
-		return false, "not joined to the cluster"
+	case !a.configLoaded.Load():
+		return false, "applying the configuration"
 	case a.node != nil && !a.node.Ready():
-		return false, fmt.Sprintf("waiting for %d participants (--cluster.wait-for-size) or --cluster.wait-timeout", a.f.waitForSize)
+		return false, fmt.Sprintf("waiting for %d cluster members (--cluster.wait-for-size) or --cluster.wait-timeout", a.f.waitForSize)
+	case a.node != nil && a.node.Self().State != cluster.Participant:
+		return false, "not yet a participant"
 	}
 	return true, ""
 }
@@ -421,6 +425,13 @@ func (a *agent) followRing(ctx context.Context) {
 	}()
 	waiting := readyc
 	for {
+		if waiting == nil && a.node.Self().State == cluster.Viewer && !a.terminating.Load() && !isClosed(a.stop) {
+			// Config loaded, WAL replayed (followRing runs after both) and
+			// the cluster is ready: this node may own targets now.
+			if err := a.node.SetState(cluster.Participant); err != nil {
+				a.logger.Warn("Announcing participant state failed", "err", err)
+			}
+		}
 		a.updateRing()
 		select {
 		case <-ctx.Done():
@@ -445,10 +456,20 @@ func (a *agent) updateRing() {
 	a.filter.SetRing(r, self.Name, a.f.replicationFactor, self.State == cluster.Participant && a.node.Ready())
 }
 
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
 // becomeTerminating hands this node's targets to its peers before anything
 // stops: peers drop it from the ring as soon as the state reaches them, and
 // its own scrapes end without staleness markers.
 func (a *agent) becomeTerminating() {
+	a.terminating.Store(true)
 	if a.node != nil {
 		if err := a.node.SetState(cluster.Terminating); err != nil {
 			a.logger.Warn("Announcing terminating state failed", "err", err)
@@ -490,10 +511,13 @@ func (a *agent) applyConfig(cfg *config.Config) error {
 	if err != nil {
 		return err
 	}
-	var errs []error
+	// Remote write goes first: it builds its clients (CA files, credentials)
+	// and changes nothing when it fails, so a file it refuses leaves the
+	// whole running configuration in place. The rest is validated at load.
 	if err := a.remote.ApplyConfig(cfg); err != nil {
-		errs = append(errs, fmt.Errorf("remote write: %w", err))
+		return fmt.Errorf("remote write: %w", err)
 	}
+	var errs []error
 	if err := a.scrape.ApplyConfig(cfg); err != nil {
 		errs = append(errs, fmt.Errorf("scrape: %w", err))
 	}
@@ -520,6 +544,10 @@ func (a *agent) applyConfig(cfg *config.Config) error {
 func (a *agent) reload() error {
 	a.reloadMu.Lock()
 	defer a.reloadMu.Unlock()
+	if !a.configLoaded.Load() {
+		// The components do not exist yet; the file is read when they do.
+		return errors.New("still starting: the configuration file is read once the WAL is replayed")
+	}
 	a.logger.Info("Loading configuration file", "filename", a.f.configFile)
 	cfg, err := loadConfig(a.f.configFile, a.logger)
 	if err == nil {
