@@ -73,7 +73,8 @@
 //	  "url": "<endpoint, password redacted; informational>",
 //	  "segment": 12,
 //	  "offset": 81234,
-//	  "updated_at": "2026-01-02T03:04:05Z"
+//	  "updated_at": "2026-01-02T03:04:05Z",
+//	  "wal_repairs": 0
 //	}
 //
 // Every record that ends at or before byte offset "offset" of segment
@@ -81,6 +82,14 @@
 // receiver (2xx) or deliberately dropped (see below). A file that cannot be
 // parsed is logged and counted, and the queue starts at the first segment
 // (duplicates rather than loss).
+//
+// "wal_repairs" is the WAL's repair generation (wal.RepairsFile) when the
+// position was saved. Repairing a torn or corrupt segment deletes the
+// segments after it and writes new data under their numbers, so a position
+// saved before a repair and lying past the cut is moved back to the start of
+// the cut segment: the records before the damage are sent again (duplicates,
+// which receivers drop) and nothing new is skipped. Until a queue has opened
+// the WAL, PendingSegment reports 0, so no truncation can run ahead of it.
 //
 // # Retries and drops
 //

@@ -34,30 +34,34 @@ type progressFile struct {
 	Segment   int       `json:"segment"`
 	Offset    int64     `json:"offset"`
 	UpdatedAt time.Time `json:"updated_at"`
+	// WALRepairs is the WAL's repair generation (wal.Repairs) the position
+	// refers to; a later repair may have reused the segment numbers.
+	WALRepairs int `json:"wal_repairs"`
 }
 
 // readProgress loads a progress file. found is false (with no error) when the
 // file does not exist.
-func readProgress(path string) (pos position, found bool, err error) {
+func readProgress(path string) (pf progressFile, found bool, err error) {
 	b, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return position{}, false, nil
+		return pf, false, nil
 	}
 	if err != nil {
-		return position{}, false, err
+		return pf, false, err
 	}
-	var pf progressFile
 	if err := json.Unmarshal(b, &pf); err != nil {
-		return position{}, false, fmt.Errorf("parse progress file %s: %w", path, err)
+		return progressFile{}, false, fmt.Errorf("parse progress file %s: %w", path, err)
 	}
 	if pf.Version != progressVersion {
-		return position{}, false, fmt.Errorf("progress file %s: unsupported version %d", path, pf.Version)
+		return progressFile{}, false, fmt.Errorf("progress file %s: unsupported version %d", path, pf.Version)
 	}
 	if pf.Segment < 0 || pf.Offset < 0 {
-		return position{}, false, fmt.Errorf("progress file %s: negative position %d/%d", path, pf.Segment, pf.Offset)
+		return progressFile{}, false, fmt.Errorf("progress file %s: negative position %d/%d", path, pf.Segment, pf.Offset)
 	}
-	return position{Segment: pf.Segment, Offset: pf.Offset}, true, nil
+	return pf, true, nil
 }
+
+func (pf progressFile) position() position { return position{Segment: pf.Segment, Offset: pf.Offset} }
 
 // writeProgress replaces the progress file atomically: write a temp file in
 // the same directory, fsync it, rename it over the old one, fsync the

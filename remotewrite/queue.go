@@ -17,6 +17,8 @@ import (
 	"github.com/prometheus/prometheus/storage/remote"
 	"github.com/prometheus/prometheus/tsdb/chunks"
 	"github.com/prometheus/prometheus/tsdb/record"
+
+	"github.com/shoal-dev/shoal/wal"
 )
 
 // Tunables that are not part of the Prometheus configuration. Variables so
@@ -113,6 +115,7 @@ type queue struct {
 
 	saved      position // from the progress file
 	savedFound bool
+	walRepairs int      // the WAL's repair generation, written with every position
 	acked      position // everything before is acknowledged or dropped
 	persisted  position // last position written to the progress file
 	lastWrite  time.Time
@@ -159,17 +162,32 @@ func newQueue(sp *spec, walDir, progressDir string, client remote.WriteClient, m
 	q.reader.skipFn = func(n int) { q.m.segmentsSkipped.Add(float64(n)) }
 	q.reader.errFn = q.m.walReadErrors.Inc
 
-	pos, found, err := readProgress(q.progressPath)
+	pf, found, err := readProgress(q.progressPath)
 	if err != nil {
 		// Starting over resends data (duplicates) but loses nothing.
 		q.logger.Error("Unreadable remote-write progress file; starting at the first WAL segment", "file", q.progressPath, "err", err)
 		q.m.pwErrs.Inc()
 	}
+	pos := pf.position()
+	repairs, err := wal.ReadRepairs(walDir)
+	if err != nil {
+		q.logger.Warn("Unreadable WAL repair record; assuming no repair", "err", err)
+	}
+	q.walRepairs = repairs.Generation
+	if found && pf.WALRepairs < repairs.Generation && (position{Segment: repairs.Segment}).less(pos) {
+		// The WAL was repaired after this position was saved: segments from
+		// the cut on may hold new records under old numbers. Re-read from the
+		// cut; what was sent before comes again as duplicates, nothing is skipped.
+		q.logger.Warn("The WAL was repaired since the saved position; re-reading from the repaired segment",
+			"saved_segment", pos.Segment, "saved_offset", pos.Offset, "repaired_segment", repairs.Segment)
+		pos = position{Segment: repairs.Segment}
+	}
 	q.saved, q.savedFound = pos, found
 	q.acked, q.persisted = pos, pos
-	// Until the reader knows better, hold on to everything from the saved
-	// segment on (or the whole WAL for a queue that never ran).
-	q.pendingSeg.Store(int64(pos.Segment))
+	// Until the reader has opened and knows where it really starts, hold on
+	// to the whole WAL: the saved segment may lie beyond a WAL that was
+	// replaced, and everything would look acknowledged.
+	q.pendingSeg.Store(0)
 	q.m.progressSegment.Set(float64(pos.Segment))
 	q.m.progressOffset.Set(float64(pos.Offset))
 
@@ -247,6 +265,7 @@ func (q *queue) run(ctx context.Context) {
 		start, err := q.reader.open(ctx, q.saved, q.savedFound)
 		if err == nil {
 			q.acked = start
+			q.pendingSeg.Store(int64(start.Segment))
 			q.logger.Info("Remote-write queue started", "segment", start.Segment, "offset", start.Offset, "series", q.series.len())
 			break
 		}
@@ -384,12 +403,13 @@ func (q *queue) persist() {
 	}
 	pos := q.acked
 	err := writeProgress(q.progressPath, progressFile{
-		Version:   progressVersion,
-		Queue:     q.name,
-		URL:       q.url,
-		Segment:   pos.Segment,
-		Offset:    pos.Offset,
-		UpdatedAt: time.Now().UTC(),
+		Version:    progressVersion,
+		Queue:      q.name,
+		URL:        q.url,
+		Segment:    pos.Segment,
+		Offset:     pos.Offset,
+		UpdatedAt:  time.Now().UTC(),
+		WALRepairs: q.walRepairs,
 	})
 	q.lastWrite = time.Now()
 	if err != nil {

@@ -224,8 +224,8 @@ func TestClientErrorDropsBatchAndMovesOn(t *testing.T) {
 	size := segSize(t, walDir, 0)
 	path := filepath.Join(progDir, "q.json")
 	waitFor(t, "progress past the dropped batch", func() bool {
-		pos, ok, _ := readProgress(path)
-		return ok && pos == position{Segment: 0, Offset: size}
+		pf, ok, _ := readProgress(path)
+		return ok && pf.position() == position{Segment: 0, Offset: size}
 	})
 
 	later := writeRounds(tw, refs, 100000, 5)

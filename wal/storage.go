@@ -220,6 +220,10 @@ func (s *Storage) replay() error {
 		if err := s.wal.Repair(err); err != nil {
 			return fmt.Errorf("wal: repair segment %d: %w", cerr.Segment, err)
 		}
+		// Segment numbers after the cut are reused: tell remote-write queues.
+		if err := recordRepair(s.dir, cerr.Segment); err != nil {
+			return fmt.Errorf("wal: recording the repair of segment %d: %w", cerr.Segment, err)
+		}
 		s.metrics.corruptionsRepaired.Inc()
 		break // Repair removed everything after the damage.
 	}
