@@ -51,6 +51,9 @@ type flags struct {
 	log promslog.Config
 }
 
+// maxTokens bounds --cluster.tokens: the ring holds tokens × nodes entries.
+const maxTokens = 8192
+
 func parseFlags(args []string) (*flags, error) {
 	f := &flags{log: promslog.Config{}}
 	hostname, _ := os.Hostname()
@@ -116,8 +119,8 @@ func parseFlags(args []string) (*flags, error) {
 	if f.replicationFactor < 1 {
 		return nil, fmt.Errorf("--cluster.replication-factor must be at least 1, got %d", f.replicationFactor)
 	}
-	if f.tokens < 1 {
-		return nil, fmt.Errorf("--cluster.tokens must be at least 1, got %d", f.tokens)
+	if f.tokens < 1 || f.tokens > maxTokens {
+		return nil, fmt.Errorf("--cluster.tokens must be between 1 and %d, got %d", maxTokens, f.tokens)
 	}
 	if f.waitForSize < 0 {
 		return nil, fmt.Errorf("--cluster.wait-for-size must not be negative, got %d", f.waitForSize)
@@ -162,7 +165,8 @@ func nameFlag(app *kingpin.Application, args []string, err error) error {
 		if !ok || el.Value == nil {
 			continue
 		}
-		if strings.Contains(err.Error(), strconv.Quote(*el.Value)) || strings.Contains(err.Error(), *el.Value) {
+		// kingpin quotes the bad value in its error; an empty value matches anything.
+		if *el.Value != "" && strings.Contains(err.Error(), strconv.Quote(*el.Value)) {
 			return fmt.Errorf("--%s=%s: %w", fc.Model().Name, *el.Value, err)
 		}
 	}

@@ -56,6 +56,8 @@ func TestBadFlagsAreRefusedWithTheirName(t *testing.T) {
 		{[]string{"--cluster.wait-timeout=soon"}, "cluster.wait-timeout"},
 		{[]string{"--storage.wal.segment-size=1KB"}, "--storage.wal.segment-size"},
 		{[]string{"--no-such-flag"}, "no-such-flag"},
+		{[]string{"--cluster.tokens=100000"}, "--cluster.tokens"},
+		{[]string{"--cluster.node-name=", "--cluster.tokens=abc"}, "--cluster.tokens=abc"},
 	} {
 		_, err := parseFlags(tc.args)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

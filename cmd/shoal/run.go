@@ -123,7 +123,13 @@ func run(ctx context.Context, f *flags) error {
 		webOpts := webOptions(a, f, scrapeView)
 		h := web.New(webOpts, logger.With("component", "web"))
 		errc := make(chan error, 1)
-		go func() { errc <- h.Run(webCtx) }()
+		go func() {
+			err := h.Run(webCtx)
+			if err != nil && webCtx.Err() == nil {
+				logger.Error("HTTP server stopped; status page, APIs and /metrics are unavailable", "address", f.listenAddress, "err", err)
+			}
+			errc <- err
+		}()
 		defer func() {
 			webCancel()
 			if err := <-errc; err != nil && !errors.Is(err, context.Canceled) {
