@@ -147,6 +147,19 @@ func TestClusterTargetsShowDuplicatesAndOrphans(t *testing.T) {
 		}
 	}
 
+	// The /cluster page shows the same placement, and this node's own targets.
+	page, err := http.Get(servers["a"].URL + "/cluster")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(page.Body)
+	page.Body.Close()
+	for _, want := range []string{"duplicate", "orphan", "misplaced", "Targets scraped by this node (2)", "http://t1:80/metrics"} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/cluster page lacks %q", want)
+		}
+	}
+
 	// A peer that stops answering is named, and its scrapes are missing rather than invented.
 	servers["b"].Close()
 	getJSON(t, servers["c"].URL+"/api/v1/cluster/targets", &resp)
