@@ -166,3 +166,59 @@ func TestReplicationFactorTwo(t *testing.T) {
 	}
 	recv.checkNoRejections(t)
 }
+
+// TestWaitForSizeLeavesNoOrphans joins a node that waits for a cluster of
+// three to a running node: while it waits it must stay off the ring (a
+// viewer), so the running node keeps every target; once the third node
+// comes, both share them with nothing orphaned.
+func TestWaitForSizeLeavesNoOrphans(t *testing.T) {
+	needBinary(t)
+	targets := startTargets(t, 12, 0)
+	recv := startReceiver(t)
+	cfg := writeConfig(t, t.TempDir(), configOpts{targets: targetAddrs(targets), remoteWriteURL: recv.writeURL()})
+	nodes := newClusterAgents(t, 3, cfg, 0)
+	nodes[1].spec.waitForSize, nodes[2].spec.waitForSize = 3, 3
+
+	nodes[0].start()
+	nodes[0].waitReady(startTimeout)
+	nodes[1].start()
+	nodes[1].waitHTTP(startTimeout)
+	eventually(t, convergeTimeout, "node-2 seen as a viewer", func() error {
+		pr, err := nodes[0].peers()
+		if err != nil {
+			return err
+		}
+		for _, p := range pr.Data.Peers {
+			if p.Name == "node-2" && p.State == "viewer" {
+				return nil
+			}
+		}
+		return fmt.Errorf("peers: %+v", pr.Data.Peers)
+	})
+	// Several scrape intervals while node-2 waits: node-1 keeps every target.
+	w0 := time.Now()
+	waitServed(t, targets, w0, 3, convergeTimeout)
+	if err := checkPlacement(nodes[0], targets, 1); err != nil {
+		t.Fatalf("while node-2 waits for the cluster size: %v", err)
+	}
+	if active, err := nodes[1].activeTargets(); err != nil || len(active) != 0 {
+		t.Fatalf("node-2 scrapes %d targets while waiting (err %v)", len(active), err)
+	}
+	resp, err := httpClient.Get(nodes[1].url("/-/ready"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 503 {
+		t.Errorf("node-2 /-/ready = %d while waiting, want 503", resp.StatusCode)
+	}
+
+	nodes[2].start()
+	for _, a := range nodes {
+		a.waitReady(startTimeout)
+	}
+	waitConverged(t, nodes, targets)
+	if err := checkPlacement(nodes[0], targets, 1); err != nil {
+		t.Fatal(err)
+	}
+}
