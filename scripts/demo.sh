@@ -30,11 +30,13 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 0' INT TERM
 
-"$BIN/shoal-receiver" --web.listen-address=127.0.0.1:19291 --storage.path="$DEMO/receiver" \
+# The receiver and the targets run in their own session: Ctrl-C reaches the
+# whole foreground process group, and they must outlive the agents' flush.
+setsid "$BIN/shoal-receiver" --web.listen-address=127.0.0.1:19291 --storage.path="$DEMO/receiver" \
   >"$DEMO/receiver.log" 2>&1 &
 pids+=($!)
 
-"$BIN/shoal-loadgen" --targets="$TARGETS" --series=50 --listen-host=127.0.0.1 --base-port=19400 \
+setsid "$BIN/shoal-loadgen" --targets="$TARGETS" --series=50 --listen-host=127.0.0.1 --base-port=19400 \
   --file-sd-out="$DEMO/targets.json" >"$DEMO/loadgen.log" 2>&1 &
 pids+=($!)
 
