@@ -184,6 +184,12 @@ func run(ctx context.Context, f *flags) error {
 		return fmt.Errorf("registering service discovery metrics: %w", err)
 	}
 	discoveryCtx, discoveryCancel := context.WithCancel(ctx)
+	// The discovery manager sends its first targets one update interval (5s)
+	// after it starts. A restarting node relies on that for a clean hand-off:
+	// it turns participant right away, the previous owners stop its targets
+	// within about a second, and only then does it see them (as new targets,
+	// which the filter does not delay). Keep that in mind before enabling
+	// DiscoveryReloadOnStartup or a shorter update interval.
 	a.discovery = discovery.NewManager(discoveryCtx, logger.With("component", "discovery manager"), reg, sdMetrics, discovery.Name("scrape"))
 	if a.discovery == nil {
 		discoveryCancel()
