@@ -304,3 +304,29 @@ func TestReload(t *testing.T) {
 		t.Fatal("agent did not stop within 30s of cancellation")
 	}
 }
+
+// An HTTP address already in use is a clear error at start, not a hang.
+func TestBusyListenAddressFailsFast(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "shoal.yml")
+	writeFile(t, cfgPath, "scrape_configs: []\n")
+	f, err := parseFlags([]string{"--config.file=" + cfgPath, "--storage.path=" + filepath.Join(dir, "data"), "--web.listen-address=" + l.Addr().String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- run(context.Background(), f) }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), l.Addr().String()) {
+			t.Fatalf("run = %v, want an error naming %s", err, l.Addr())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("run hangs when the HTTP address is in use")
+	}
+}

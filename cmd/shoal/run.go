@@ -122,24 +122,24 @@ func run(ctx context.Context, f *flags) error {
 		webCtx, webCancel := context.WithCancel(ctx)
 		webOpts := webOptions(a, f, scrapeView)
 		h := web.New(webOpts, logger.With("component", "web"))
-		errc := make(chan error, 1)
+		var webErr error
+		webDone := make(chan struct{}) // closed once Run returned; webErr is set by then
 		go func() {
-			err := h.Run(webCtx)
-			if err != nil && webCtx.Err() == nil {
-				logger.Error("HTTP server stopped; status page, APIs and /metrics are unavailable", "address", f.listenAddress, "err", err)
+			defer close(webDone)
+			webErr = h.Run(webCtx)
+			if webErr != nil && webCtx.Err() == nil {
+				logger.Error("HTTP server stopped; status page, APIs and /metrics are unavailable", "address", f.listenAddress, "err", webErr)
 			}
-			errc <- err
 		}()
 		defer func() {
 			webCancel()
-			if err := <-errc; err != nil && !errors.Is(err, context.Canceled) {
-				logger.Error("HTTP server stopped with an error", "err", err)
-			}
+			<-webDone
 		}()
-		// A server that cannot listen is fatal at once, not after the replay.
+		// A server that cannot listen (address in use, bad TLS config) is
+		// fatal at once, not after the replay.
 		select {
-		case err := <-errc:
-			return fmt.Errorf("HTTP server on %s: %w", f.listenAddress, err)
+		case <-webDone:
+			return fmt.Errorf("HTTP server on %s: %w", f.listenAddress, webErr)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
