@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 GO        ?= go
 BIN       ?= bin
-PKGS_UNIT  = $(shell $(GO) list ./... | grep -v -e /e2e -e /internal/probe)
+PKGS_UNIT  = $(shell $(GO) list ./... | grep -v -e /e2e)
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 REVISION  ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 LDFLAGS    = -X github.com/prometheus/common/version.Version=$(VERSION) \
