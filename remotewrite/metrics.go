@@ -69,6 +69,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: promNamespace, Subsystem: promSubsystem, Name: name, Help: help,
 		}, qLabels)
 	}
+	// shoal's own per-queue metrics are labelled by remote_name only.
+	shoalGauge := func(name, help string) *prometheus.GaugeVec {
+		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, []string{labelRemoteName})
+	}
+	shoalCounter := func(name, help string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{labelRemoteName})
+	}
 	m := &metrics{
 		samplesTotal:      counter("samples_total", "Total number of samples sent to remote storage."),
 		samplesFailed:     counter("samples_failed_total", "Total number of samples which failed on send to remote storage, non-recoverable errors."),
@@ -108,30 +115,18 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "highest_timestamp_in_seconds",
 			Help: "Highest timestamp read from the WAL by any remote-write queue, in seconds since epoch.",
 		}),
-		progressSegment: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "shoal_remotewrite_progress_segment",
-			Help: "WAL segment of the durable remote-write progress: every record before this position is acknowledged or deliberately dropped.",
-		}, []string{labelRemoteName}),
-		progressOffset: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "shoal_remotewrite_progress_offset_bytes",
-			Help: "Byte offset within shoal_remotewrite_progress_segment of the durable remote-write progress.",
-		}, []string{labelRemoteName}),
-		segmentsSkipped: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "shoal_remotewrite_segments_skipped_total",
-			Help: "WAL segments the queue never read because they were deleted (or corrupt) before it got to them.",
-		}, []string{labelRemoteName}),
-		walReadErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "shoal_remotewrite_wal_read_errors_total",
-			Help: "Errors reading or decoding the WAL (corrupt records, unreadable segments).",
-		}, []string{labelRemoteName}),
-		progressWriteErr: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "shoal_remotewrite_progress_write_failures_total",
-			Help: "Failed attempts to persist (or read) the progress file.",
-		}, []string{labelRemoteName}),
-		seriesCached: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "shoal_remotewrite_series_cached",
-			Help: "Series whose labels the queue holds in memory (forgotten when a WAL checkpoint drops them).",
-		}, []string{labelRemoteName}),
+		progressSegment: shoalGauge("shoal_remotewrite_progress_segment",
+			"WAL segment of the durable remote-write progress: every record before this position is acknowledged or deliberately dropped."),
+		progressOffset: shoalGauge("shoal_remotewrite_progress_offset_bytes",
+			"Byte offset within shoal_remotewrite_progress_segment of the durable remote-write progress."),
+		segmentsSkipped: shoalCounter("shoal_remotewrite_segments_skipped_total",
+			"WAL segments the queue never read because they were deleted (or corrupt) before it got to them."),
+		walReadErrors: shoalCounter("shoal_remotewrite_wal_read_errors_total",
+			"Errors reading or decoding the WAL (corrupt records, unreadable segments)."),
+		progressWriteErr: shoalCounter("shoal_remotewrite_progress_write_failures_total",
+			"Failed attempts to persist (or read) the progress file."),
+		seriesCached: shoalGauge("shoal_remotewrite_series_cached",
+			"Series whose labels the queue holds in memory (forgotten when a WAL checkpoint drops them)."),
 	}
 	if reg == nil {
 		return m

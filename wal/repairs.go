@@ -6,6 +6,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/shoal-dev/shoal/internal/atomicfile"
 )
 
 // RepairsFile is the name, inside the WAL directory, of the record of the
@@ -51,21 +53,5 @@ func recordRepair(dir string, segment int) error {
 	if err != nil {
 		return err
 	}
-	tmp := filepath.Join(dir, "."+RepairsFile+".tmp")
-	f, err := os.Create(tmp)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, filepath.Join(dir, RepairsFile))
+	return atomicfile.Write(filepath.Join(dir, RepairsFile), b)
 }

@@ -28,36 +28,13 @@ import (
 // away, staleness markers all reach the log.
 func TestScrapeManagerAppendsIntoWAL(t *testing.T) {
 	var scrapes atomic.Int64
-	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	rig := newScrapeRig(t, "demo", "", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		n := scrapes.Add(1)
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
 		fmt.Fprintf(w, "# HELP demo_requests_total Requests handled.\n# TYPE demo_requests_total counter\ndemo_requests_total{path=\"/\"} %d\n", n)
 	}))
-	defer target.Close()
-	u, err := url.Parse(target.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	dir := t.TempDir()
-	s, err := Open(dir, Options{}, nil, prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-
-	tsets, stop := runScrapeManager(t, s, `
-global:
-  scrape_interval: 100ms
-  scrape_timeout: 90ms
-scrape_configs:
-  - job_name: demo
-`)
-	defer stop()
-	tsets <- map[string][]*targetgroup.Group{"demo": {{
-		Source:  "static",
-		Targets: []model.LabelSet{{model.AddressLabel: model.LabelValue(u.Host)}},
-	}}}
+	dir, s, tsets, stop := rig.dir, rig.s, rig.tsets, rig.stop
+	u := rig.target
 
 	waitFor(t, 10*time.Second, "three scrapes", func() bool { return scrapes.Load() >= 3 })
 	// Take the target away: its scrape loop ends with staleness markers.
@@ -152,10 +129,33 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	}
 }
 
-// runScrapeManager runs Prometheus' scrape manager over s with the given
-// config; send target groups on the returned channel. stop is idempotent.
-func runScrapeManager(t *testing.T, s *Storage, cfgYAML string) (chan<- map[string][]*targetgroup.Group, func()) {
+// scrapeRig is Prometheus' scrape manager scraping one HTTP target into a
+// fresh WAL every 100ms.
+type scrapeRig struct {
+	dir    string
+	s      *Storage
+	target *url.URL
+	tsets  chan<- map[string][]*targetgroup.Group
+	stop   func() // idempotent; the WAL is closed by the test's cleanup
+}
+
+// newScrapeRig serves h, opens a WAL and starts the scrape manager with one
+// job (jobOpts are extra lines of its scrape config) that targets h.
+func newScrapeRig(t *testing.T, job, jobOpts string, h http.Handler) *scrapeRig {
 	t.Helper()
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	u, err := url.Parse(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	s, err := Open(dir, Options{}, nil, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+
 	mgr, err := scrape.NewManager(&scrape.Options{
 		AppendMetadata:          true,
 		DiscoveryReloadInterval: model.Duration(50 * time.Millisecond),
@@ -163,7 +163,14 @@ func runScrapeManager(t *testing.T, s *Storage, cfgYAML string) (chan<- map[stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := config.Load(cfgYAML, nil)
+	cfg, err := config.Load(fmt.Sprintf(`
+global:
+  scrape_interval: 100ms
+  scrape_timeout: 90ms
+scrape_configs:
+  - job_name: %s
+    %s
+`, job, jobOpts), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,13 +181,19 @@ func runScrapeManager(t *testing.T, s *Storage, cfgYAML string) (chan<- map[stri
 	done := make(chan error, 1)
 	go func() { done <- mgr.Run(tsets) }()
 	stopped := false
-	return tsets, func() {
+	stop := func() {
 		if !stopped {
 			stopped = true
 			mgr.Stop()
 			<-done
 		}
 	}
+	t.Cleanup(stop)
+	tsets <- map[string][]*targetgroup.Group{job: {{
+		Source:  "static",
+		Targets: []model.LabelSet{{model.AddressLabel: model.LabelValue(u.Host)}},
+	}}}
+	return &scrapeRig{dir: dir, s: s, target: u, tsets: tsets, stop: stop}
 }
 
 // A target instrumented with client_golang, scraped over protobuf: its
@@ -194,38 +207,14 @@ func TestScrapedNativeHistogramsAndExemplarsReachWAL(t *testing.T) {
 	requests := prometheus.NewCounter(prometheus.CounterOpts{Name: "demo_requests_total", Help: "Requests."})
 	reg.MustRegister(latency, requests)
 	var observations atomic.Int64
-	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	rig := newScrapeRig(t, "instrumented", "scrape_native_histograms: true\n    scrape_protocols: [PrometheusProto]", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n := observations.Add(1)
 		latency.(prometheus.ExemplarObserver).ObserveWithExemplar(float64(n)/100, prometheus.Labels{"trace_id": fmt.Sprint("t", n)})
 		requests.(prometheus.ExemplarAdder).AddWithExemplar(1, prometheus.Labels{"trace_id": fmt.Sprint("c", n)})
 		promhttp.HandlerFor(reg, promhttp.HandlerOpts{}).ServeHTTP(w, r)
 	}))
-	defer target.Close()
-	u, err := url.Parse(target.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	dir := t.TempDir()
-	s, err := Open(dir, Options{}, nil, prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	tsets, stop := runScrapeManager(t, s, `
-global:
-  scrape_interval: 100ms
-  scrape_timeout: 90ms
-scrape_configs:
-  - job_name: instrumented
-    scrape_native_histograms: true
-    scrape_protocols: [PrometheusProto]
-`)
-	defer stop()
-	tsets <- map[string][]*targetgroup.Group{"instrumented": {{
-		Source:  "static",
-		Targets: []model.LabelSet{{model.AddressLabel: model.LabelValue(u.Host)}},
-	}}}
+	dir, s, stop := rig.dir, rig.s, rig.stop
+	u := rig.target
 	waitFor(t, 10*time.Second, "three scrapes", func() bool { return observations.Load() >= 3 })
 	stop()
 	if err := s.Close(); err != nil {

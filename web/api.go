@@ -15,8 +15,6 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	promscrape "github.com/prometheus/prometheus/scrape"
-
-	shoalscrape "github.com/shoal-dev/shoal/scrape"
 )
 
 // apiResponse is Prometheus' API envelope.
@@ -143,35 +141,17 @@ type peersJSON struct {
 	Peers []peerJSON `json:"peers"`
 }
 
-// ownedPerNode counts, from the ring, how many discovered targets each node owns.
-func ownedPerNode(targets []shoalscrape.TargetInfo) map[string]int {
-	counts := map[string]int{}
-	for _, ti := range targets {
-		for _, o := range ti.Owners {
-			counts[o]++
-		}
-	}
-	return counts
-}
-
 func (h *Handler) peers() peersJSON {
-	var targets []shoalscrape.TargetInfo
+	counts := map[string]int{}
 	if h.opts.Ownership != nil {
-		targets = h.opts.Ownership.Targets()
+		counts = h.opts.Ownership.OwnedCounts()
 	}
 	if h.opts.Cluster == nil {
 		// Clustering disabled: this node is the whole cluster and owns everything it keeps.
-		owned := 0
-		for _, ti := range targets {
-			if ti.Owned {
-				owned++
-			}
-		}
 		return peersJSON{Self: h.opts.NodeName, Peers: []peerJSON{{
-			Name: h.opts.NodeName, State: "participant", Self: true, OwnedTargets: owned, RingShare: 1,
+			Name: h.opts.NodeName, State: "participant", Self: true, OwnedTargets: counts[h.opts.NodeName], RingShare: 1,
 		}}}
 	}
-	counts := ownedPerNode(targets)
 	r := h.opts.Ring()
 	res := peersJSON{Self: h.opts.Cluster.Self().Name, Peers: []peerJSON{}}
 	for _, p := range h.opts.Cluster.Peers() {
@@ -228,10 +208,10 @@ type scrapeReport struct {
 }
 
 // peerScrapes asks every peer which targets it scrapes; the local node answers from memory.
-func (h *Handler) peerScrapes(ctx context.Context) (map[string]scrapeReport, []string) {
+func (h *Handler) peerScrapes(ctx context.Context, localTargets []activeTarget) (map[string]scrapeReport, []string) {
 	reports := map[string]scrapeReport{}
 	local := map[targetRef]string{}
-	for _, t := range h.activeTargets() {
+	for _, t := range localTargets {
 		local[targetRef{t.ScrapePool, t.ScrapeURL}] = string(t.Health)
 	}
 	if h.opts.Cluster == nil {
@@ -315,8 +295,10 @@ func (h *Handler) fetchPeerTargets(ctx context.Context, httpAddr string) (map[ta
 	return out, nil
 }
 
-func (h *Handler) clusterTargets(ctx context.Context) clusterTargets {
-	reports, unreachable := h.peerScrapes(ctx)
+// clusterTargets joins the ring's owners with what every node scrapes;
+// localTargets are this node's active targets.
+func (h *Handler) clusterTargets(ctx context.Context, localTargets []activeTarget) clusterTargets {
+	reports, unreachable := h.peerScrapes(ctx, localTargets)
 	res := clusterTargets{Targets: []clusterTarget{}, Unreachable: unreachable}
 	if res.Unreachable == nil {
 		res.Unreachable = []string{}
@@ -374,5 +356,5 @@ func placementStatus(owners, scrapedBy, unreachable []string) string {
 }
 
 func (h *Handler) apiClusterTargets(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, apiResponse{Status: "success", Data: h.clusterTargets(r.Context())})
+	writeJSON(w, http.StatusOK, apiResponse{Status: "success", Data: h.clusterTargets(r.Context(), h.activeTargets())})
 }

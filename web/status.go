@@ -58,7 +58,7 @@ func (h *Handler) statusPage(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if d.ClusterView {
-		ct := h.clusterTargets(r.Context())
+		ct := h.clusterTargets(r.Context(), d.Targets)
 		d.Placement = &ct
 		for _, t := range ct.Targets {
 			if t.Status != "ok" {

@@ -31,6 +31,8 @@ type ActiveTargets interface {
 // Ownership lists every discovered target with its owners.
 type Ownership interface {
 	Targets() []shoalscrape.TargetInfo
+	// OwnedCounts is how many discovered targets each node owns on the ring.
+	OwnedCounts() map[string]int
 }
 
 // Membership is the cluster as seen by this node.

@@ -44,6 +44,16 @@ type discovered []shoalscrape.TargetInfo
 
 func (d discovered) Targets() []shoalscrape.TargetInfo { return d }
 
+func (d discovered) OwnedCounts() map[string]int {
+	counts := map[string]int{}
+	for _, ti := range d {
+		for _, o := range ti.Owners {
+			counts[o]++
+		}
+	}
+	return counts
+}
+
 type members struct {
 	self  string
 	peers []cluster.Peer

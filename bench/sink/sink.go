@@ -284,6 +284,25 @@ func timestampOf(msg []byte, tsField protowire.Number) (int64, error) {
 	return t, err
 }
 
+// countSample counts one Sample (timestamp field 2) or Histogram (timestamp
+// field 15) message; both protocol versions number them the same way.
+func (st *stats) countSample(msg []byte, histogram bool) error {
+	tsField := protowire.Number(2)
+	if histogram {
+		tsField = 15
+		st.histograms++
+	} else {
+		st.floats++
+	}
+	t, err := timestampOf(msg, tsField)
+	if err != nil {
+		return err
+	}
+	st.samples++
+	st.ts(t)
+	return nil
+}
+
 // scanV1 counts a prometheus.WriteRequest: timeseries=1 {labels=1,
 // samples=2 {timestamp=2}, exemplars=3, histograms=4 {timestamp=15}}.
 func scanV1(raw []byte, st *stats, track bool) error {
@@ -306,19 +325,7 @@ func scanV1(raw []byte, st *stats, track bool) error {
 					_, _ = h.Write([]byte{0xff})
 				}
 			case 2, 4:
-				tsField := protowire.Number(2)
-				if num == 4 {
-					tsField = 15
-					st.histograms++
-				} else {
-					st.floats++
-				}
-				t, err := timestampOf(v, tsField)
-				if err != nil {
-					return err
-				}
-				st.samples++
-				st.ts(t)
+				return st.countSample(v, num == 4)
 			}
 			return nil
 		})
@@ -375,19 +382,7 @@ func scanV2(raw []byte, st *stats, track bool) error {
 					_, _ = h.Write([]byte{0xff})
 				}
 			case (num == 2 || num == 3) && typ == protowire.BytesType:
-				tsField := protowire.Number(2)
-				if num == 3 {
-					tsField = 15
-					st.histograms++
-				} else {
-					st.floats++
-				}
-				t, err := timestampOf(v, tsField)
-				if err != nil {
-					return err
-				}
-				st.samples++
-				st.ts(t)
+				return st.countSample(v, num == 3)
 			}
 			return nil
 		})

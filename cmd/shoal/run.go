@@ -347,6 +347,13 @@ func (o ownershipView) Targets() []shoalscrape.TargetInfo {
 	return o.a.filter.Targets()
 }
 
+func (o ownershipView) OwnedCounts() map[string]int {
+	if !o.a.configLoaded.Load() {
+		return nil
+	}
+	return o.a.filter.OwnedCounts()
+}
+
 func (a *agent) ready() (bool, string) {
 	switch {
 	case a.terminating.Load():
