@@ -208,26 +208,31 @@ func (b *Bounded) Ring() *Ring {
 }
 
 // WeightPolicy turns what an owner measures of a target into the weight
-// it publishes for NewBounded. It is pure: the owner keeps the smoothed
-// estimate and the published weight per target and calls Smooth on every
-// scrape (or once per update period) and Publish once per update period.
-// Zero fields mean the values of DefaultWeightPolicy.
+// it publishes for NewBounded. It is pure: the owner keeps an Estimate and
+// the published weight per target, calls Smooth on every measurement
+// (every scrape, or once per update period) and Publish once per update
+// period. Zero fields mean the values of DefaultWeightPolicy.
 type WeightPolicy struct {
 	// Smoothing is the weight of a new measurement in the exponentially
-	// weighted moving average, in (0, 1].
+	// weighted moving average, in (0, 1]. The first 1/Smoothing
+	// measurements are averaged plainly, so a young estimate is not just
+	// its first sample.
 	Smoothing float64
 	// Tolerance is the hysteresis: the published weight changes only when
-	// the smoothed estimate leaves published × (1 ± Tolerance). Every
-	// change of a published weight can move targets, so the band is wide
-	// enough that ordinary noise (±20% from scrape to scrape) never
-	// crosses it, while a real change of size (a target doubling) does.
+	// the estimate leaves published × (1 ± Tolerance). Every change of a
+	// published weight can move targets, so the band is wide enough that
+	// ordinary noise (±20% from scrape to scrape) never crosses it, while a
+	// real change of size (a target doubling) does.
 	Tolerance float64
+	// MinSamples is how many measurements an estimate needs before it is
+	// published for a target that has no published weight yet.
+	MinSamples int
 }
 
 // DefaultWeightPolicy returns the policy chosen from the simulation in
 // bench/sim.
 func DefaultWeightPolicy() WeightPolicy {
-	return WeightPolicy{Smoothing: 0.3, Tolerance: 0.3}
+	return WeightPolicy{Smoothing: 0.1, Tolerance: 0.3, MinSamples: 10}
 }
 
 func (p WeightPolicy) withDefaults() WeightPolicy {
@@ -238,39 +243,60 @@ func (p WeightPolicy) withDefaults() WeightPolicy {
 	if !(p.Tolerance > 0) || math.IsInf(p.Tolerance, 0) {
 		p.Tolerance = d.Tolerance
 	}
+	if p.MinSamples <= 0 {
+		p.MinSamples = d.MinSamples
+	}
 	return p
 }
 
 func finite(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
 
-// Smooth folds one measurement into the moving average prev and returns
-// the new estimate. A new owner starts the estimate afresh: prev < 0 (or
-// not finite) means no history, and the measurement is returned as it is.
-// A negative or non-finite measurement is ignored.
-func (p WeightPolicy) Smooth(prev, measured float64) float64 {
-	p = p.withDefaults()
-	if measured < 0 || !finite(measured) {
-		return prev
-	}
-	if prev < 0 || !finite(prev) {
-		return measured
-	}
-	return prev + p.Smoothing*(measured-prev)
+// Estimate is an owner's smoothed measurement of one target. The zero value
+// is an estimate with no measurement: an owner starts from it when it takes
+// a target over.
+type Estimate struct {
+	Value   float64
+	Samples int
 }
 
-// Publish returns the weight to publish: published itself while smoothed
-// stays within published × (1 ± Tolerance), smoothed once it leaves that
-// band, and smoothed when nothing was published yet (published <= 0).
-func (p WeightPolicy) Publish(published, smoothed float64) float64 {
+// Smooth folds one measurement into e and returns the new estimate. A
+// negative or non-finite measurement is ignored.
+func (p WeightPolicy) Smooth(e Estimate, measured float64) Estimate {
 	p = p.withDefaults()
-	if smoothed < 0 || !finite(smoothed) {
+	if measured < 0 || !finite(measured) {
+		return e
+	}
+	if e.Samples <= 0 || !finite(e.Value) {
+		return Estimate{Value: measured, Samples: 1}
+	}
+	alpha := max(p.Smoothing, 1/float64(e.Samples+1))
+	return Estimate{Value: e.Value + alpha*(measured-e.Value), Samples: e.Samples + 1}
+}
+
+// Publish returns the weight to publish for a target whose published
+// weight is published (0: none yet). With nothing published it returns
+// e's value once e has MinSamples measurements (0 before). Otherwise it
+// keeps published while e stays within published × (1 ± Tolerance) and
+// returns e's value once it leaves that band. An owner that takes a target
+// over keeps the weight last published for it (it is in the gossiped
+// state) while its own estimate is young, so a hand-off alone never
+// changes a weight.
+func (p WeightPolicy) Publish(published float64, e Estimate) float64 {
+	p = p.withDefaults()
+	if !(published > 0) || !finite(published) {
+		published = 0
+	}
+	if e.Samples <= 0 || e.Value < 0 || !finite(e.Value) {
 		return published
 	}
-	if !(published > 0) || !finite(published) {
-		return smoothed
+	if published == 0 {
+		if e.Samples >= p.MinSamples {
+			return e.Value
+		}
+		return 0
 	}
-	if math.Abs(smoothed/published-1) > p.Tolerance {
-		return smoothed
+	if e.Samples >= p.MinSamples && math.Abs(e.Value/published-1) > p.Tolerance {
+		return e.Value
 	}
 	return published
 }

@@ -95,4 +95,3 @@ func (r *Ring) Members() []Member {
 	}
 	return out
 }
-
