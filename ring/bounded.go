@@ -136,25 +136,44 @@ func (b *Bounded) place(t Load, have []int32) int32 {
 	return best
 }
 
-// Owners appends to buf[:0] the owners of key, primary first, and returns
-// it. A key that was not among the placed targets (a target nobody has
-// published a weight for yet) gets the plain ring's owners, r.Owners(key,
-// rf), so that it still has an owner who can measure and publish it.
-func (b *Bounded) Owners(key uint64, buf []string) []string {
+// Owners appends to buf[:0] the first n owners of key, primary first, and
+// returns it: the same signature as Ring.Owners, so that a consumer can
+// take either through one interface. A placed key has the rf owners it was
+// placed on (n above rf gives rf). A key that was not among the placed
+// targets (a target nobody has published a weight for yet) gets the plain
+// ring's owners, r.Owners(key, n), so that it still has an owner who can
+// measure and publish it.
+func (b *Bounded) Owners(key uint64, n int, buf []string) []string {
 	buf = buf[:0]
-	if b == nil || b.ring.Len() == 0 {
+	if b == nil || b.ring.Len() == 0 || n <= 0 {
 		return buf
 	}
 	i, ok := slices.BinarySearch(b.keys, key)
 	if !ok {
-		return b.ring.Owners(key, b.rf, buf)
+		return b.ring.Owners(key, n, buf)
 	}
 	for _, o := range b.owners[i*b.rf : (i+1)*b.rf] {
-		if o >= 0 {
+		if o >= 0 && len(buf) < n {
 			buf = append(buf, b.ring.nodes[o])
 		}
 	}
 	return buf
+}
+
+// Len returns the number of nodes, as Ring.Len.
+func (b *Bounded) Len() int {
+	if b == nil {
+		return 0
+	}
+	return b.ring.Len()
+}
+
+// Nodes returns the node names, sorted, as Ring.Nodes.
+func (b *Bounded) Nodes() []string {
+	if b == nil {
+		return nil
+	}
+	return b.ring.Nodes()
 }
 
 // Primary returns the first owner of key ("" for an empty ring).

@@ -30,7 +30,7 @@ func owned(t *testing.T, b *Bounded, ts []Load, rf int) map[string]float64 {
 	want := min(rf, b.Ring().Len())
 	var buf []string
 	for _, l := range ts {
-		buf = b.Owners(l.Key, buf)
+		buf = b.Owners(l.Key, rf, buf)
 		if len(buf) != want || len(slices.Compact(slices.Sorted(slices.Values(buf)))) != want {
 			t.Fatalf("key %x: owners %v, want %d distinct", l.Key, buf, want)
 		}
@@ -98,7 +98,7 @@ func TestBoundedSameOwnersOnEveryNode(t *testing.T) {
 		b := NewBounded(New(ns, 0), ls, 1.1, 2)
 		var x, y []string
 		for _, l := range ts {
-			if x, y = b.Owners(l.Key, x), ref.Owners(l.Key, y); !slices.Equal(x, y) {
+			if x, y = b.Owners(l.Key, 2, x), ref.Owners(l.Key, 2, y); !slices.Equal(x, y) {
 				t.Fatalf("node %d: owners of %x are %v, reference %v", node, l.Key, x, y)
 			}
 		}
@@ -156,7 +156,7 @@ func TestBoundedUnplacedKeysUseTheRing(t *testing.T) {
 		if b.Placed(l.Key) {
 			t.Fatalf("key %x was not given but is placed", l.Key)
 		}
-		if x, y = b.Owners(l.Key, x), r.Owners(l.Key, 2, y); !slices.Equal(x, y) {
+		if x, y = b.Owners(l.Key, 2, x), r.Owners(l.Key, 2, y); !slices.Equal(x, y) {
 			t.Fatalf("unplaced key %x: owners %v, the ring says %v", l.Key, x, y)
 		}
 		if b.Primary(l.Key) != r.Primary(l.Key) {
@@ -170,18 +170,24 @@ func TestBoundedUnplacedKeysUseTheRing(t *testing.T) {
 
 func TestBoundedEdgeCases(t *testing.T) {
 	var nilB *Bounded
-	if nilB.Owners(1, nil) != nil && len(nilB.Owners(1, nil)) != 0 || nilB.Primary(1) != "" || nilB.Load("a") != 0 || nilB.Placed(1) {
+	if len(nilB.Owners(1, 1, nil)) != 0 || nilB.Primary(1) != "" || nilB.Load("a") != 0 || nilB.Placed(1) || nilB.Len() != 0 || nilB.Nodes() != nil {
 		t.Error("nil placement must be empty")
 	}
 	empty := NewBounded(New(nil, 0), []Load{{1, 1}}, 0, 1)
-	if len(empty.Owners(1, nil)) != 0 || empty.Primary(1) != "" {
+	if len(empty.Owners(1, 1, nil)) != 0 || empty.Primary(1) != "" {
 		t.Error("an empty ring owns nothing")
 	}
 	// rf above the node count gives every node; weights that are missing
 	// or bad count as the mean of the valid ones.
 	one := NewBounded(New([]string{"a", "b"}, 8), []Load{{1, 0}, {2, math.NaN()}, {3, 4}, {4, math.Inf(1)}, {5, -1}}, 0, 5)
-	if got := one.Owners(3, nil); len(got) != 2 {
+	if got := one.Owners(3, 5, nil); len(got) != 2 {
 		t.Errorf("rf 5 on 2 nodes: owners %v", got)
+	}
+	if got := one.Owners(3, 1, nil); len(got) != 1 || got[0] != one.Primary(3) {
+		t.Errorf("first owner only: %v, primary %s", got, one.Primary(3))
+	}
+	if one.Len() != 2 || !slices.Equal(one.Nodes(), []string{"a", "b"}) {
+		t.Errorf("Len %d, Nodes %v", one.Len(), one.Nodes())
 	}
 	if got := one.Load("a") + one.Load("b"); got != 2*5*4 {
 		t.Errorf("total placed weight %v, want 40 (five targets of the valid mean 4, twice)", got)
@@ -203,12 +209,12 @@ func TestWeightPolicyHysteresis(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	noisy := func(base float64) float64 { return base * (1 + 0.2*(2*rng.Float64()-1)) }
 
-	ts := skewedLoads(2000, 5, true)
+	ts := skewedLoads(1000, 5, true)
 	smooth := make([]Estimate, len(ts))
 	pub := make([]float64, len(ts))
-	r := New(nodeNames(10), 0)
+	r := New(nodeNames(5), 0)
 	var first *Bounded
-	for round := range 300 {
+	for round := range 200 {
 		loads := make([]Load, len(ts))
 		for i, l := range ts {
 			smooth[i] = p.Smooth(smooth[i], noisy(l.Weight))
@@ -288,3 +294,11 @@ func TestWeightPolicyEdges(t *testing.T) {
 		t.Errorf("infinite estimate: Publish = %v, want 100", got)
 	}
 }
+
+// The ownership filter reads a placement through these methods; a *Ring
+// and a *Bounded must both provide them.
+var _ interface {
+	Owners(key uint64, n int, buf []string) []string
+	Len() int
+	Nodes() []string
+} = (*Bounded)(nil)
