@@ -302,3 +302,65 @@ var _ interface {
 	Len() int
 	Nodes() []string
 } = (*Bounded)(nil)
+
+// Gossip delivers the same events to every node in its own order: members
+// joining and owners publishing (and republishing) weights. A node keeps
+// them in maps (whose iteration order Go randomises) and builds the
+// placement from what it holds; every order must give the same owners.
+func TestBoundedSameOwnersFromAnyOrderOfEvents(t *testing.T) {
+	type event struct {
+		member string
+		key    uint64
+		weight float64
+	}
+	var events []event
+	for _, n := range nodeNames(8) {
+		events = append(events, event{member: n})
+	}
+	ts := skewedLoads(2000, 9, true)
+	for _, l := range ts {
+		events = append(events, event{key: l.Key, weight: l.Weight})
+	}
+	// Republications: the later weight is what the state holds; they are
+	// applied after the first round of events everywhere, as a lamport
+	// clock orders them.
+	var later []event
+	for _, l := range ts[:50] {
+		later = append(later, event{key: l.Key, weight: 3 * l.Weight})
+	}
+	build := func(seed uint64) *Bounded {
+		rng := rand.New(rand.NewPCG(seed, seed+1))
+		evs := slices.Clone(events)
+		rng.Shuffle(len(evs), func(i, j int) { evs[i], evs[j] = evs[j], evs[i] })
+		lt := slices.Clone(later)
+		rng.Shuffle(len(lt), func(i, j int) { lt[i], lt[j] = lt[j], lt[i] })
+		members := map[string]bool{}
+		weights := map[uint64]float64{}
+		for _, e := range append(evs, lt...) {
+			if e.member != "" {
+				members[e.member] = true
+			} else {
+				weights[e.key] = e.weight
+			}
+		}
+		var names []string
+		for n := range members {
+			names = append(names, n)
+		}
+		var loads []Load
+		for k, w := range weights {
+			loads = append(loads, Load{Key: k, Weight: w})
+		}
+		return NewBounded(New(names, 0), loads, 0, 2)
+	}
+	ref := build(1)
+	for seed := uint64(2); seed < 7; seed++ {
+		b := build(seed)
+		var x, y []string
+		for _, l := range ts {
+			if x, y = b.Owners(l.Key, 2, x), ref.Owners(l.Key, 2, y); !slices.Equal(x, y) {
+				t.Fatalf("order %d: owners of %x are %v, first order %v", seed, l.Key, x, y)
+			}
+		}
+	}
+}

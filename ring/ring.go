@@ -15,6 +15,12 @@
 // out of N moves about 1/N of the keys, and only to or from that node.
 //
 // A Ring is immutable once built and safe for concurrent use.
+//
+// Two load-aware variants build on the same tokens (docs/DESIGN.md,
+// "Placement"): NewWeighted gives each node its own token count (with equal
+// counts it is New), and NewBounded places weighted targets on a ring with
+// bounded loads, each node within c times the mean; WeightPolicy turns what
+// an owner measures of a target into the weight it publishes.
 package ring
 
 import (
