@@ -101,6 +101,7 @@ func (s *Storage) truncate(now time.Time) error {
 			delete(s.deleted, ref)
 		}
 	}
+	s.deleted = shrink(s.deleted, &s.deletedPeak)
 	s.commitMu.Lock()
 	for seg := range s.segMaxT {
 		if seg < keepFrom {
@@ -129,6 +130,7 @@ func (s *Storage) gc(now time.Time) {
 		}
 	}
 	s.commitMu.Unlock()
+	s.deletedPeak = max(s.deletedPeak, len(s.deleted))
 	s.numSeries.Add(-int64(len(victims)))
 	s.metrics.seriesGC.Add(float64(len(victims)))
 	s.logger.Debug("forgot idle series", "count", len(victims))
