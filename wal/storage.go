@@ -59,6 +59,8 @@ type Storage struct {
 	deleted map[chunks.HeadSeriesRef]int // truncMu (and Open)
 	// deletedPeak is the most entries deleted held since it was made (see shrink).
 	deletedPeak int // truncMu (and Open)
+	// unsent tracks the current episode of deleting unsent data, to log it once.
+	unsent unsentEpisode // truncMu
 }
 
 var (
