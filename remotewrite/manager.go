@@ -252,17 +252,25 @@ func (m *Manager) ApplyConfig(cfg *config.Config) error {
 		m.metrics.deleteQueue(name)
 		m.logger.Info("Remote-write queue stopped", "remote_name", name, "url", q.url)
 	}
+	var created []*queue
 	for _, name := range order {
 		if _, ok := m.queues[name]; ok {
 			continue
 		}
 		q := newQueue(specs[name], m.walDir, m.progressDir, clients[name], m.metrics, m.logger)
 		m.queues[name] = q
-		if m.runCtx != nil {
+		created = append(created, q)
+	}
+	// Publish before starting: a new queue reports segment 0 (keep
+	// everything) until its reader has opened, and a truncation pass must
+	// see that before the reader starts reading series. A pass already
+	// past that question is handled by the reader (see walReader.open).
+	m.publish()
+	if m.runCtx != nil {
+		for _, q := range created {
 			q.start(m.runCtx)
 		}
 	}
-	m.publish()
 	m.configured.Store(true)
 	return nil
 }

@@ -1,7 +1,9 @@
 package remotewrite
 
 import (
+	"math/rand/v2"
 	"testing"
+	"unsafe"
 
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/tsdb/chunks"
@@ -18,7 +20,7 @@ func TestSeriesTable(t *testing.T) {
 		st.set(r, seriesEntry{lbls: labels.FromStrings("i", string(rune('a'+i))), seg: i})
 	}
 	st.set(2, seriesEntry{lbls: labels.FromStrings("i", "b2"), seg: 1}) // overwrite is not a new entry
-	if st.len() != len(refs) || len(st.pages) > 6 {
+	if st.len() != len(refs) || len(st.dense) > 6 {
 		t.Fatalf("len = %d, want %d", st.len(), len(refs))
 	}
 	for i, r := range refs {
@@ -40,8 +42,8 @@ func TestSeriesTable(t *testing.T) {
 	if n := st.deleteIf(func(e seriesEntry) bool { return e.seg >= 3 }); n != 3 {
 		t.Fatalf("deleteIf removed %d, want 3", n)
 	}
-	if st.len() != 3 || len(st.pages) != 1 || len(st.far) != 0 {
-		t.Fatalf("after deleteIf: len %d, %d pages; want 3 entries on 1 page", st.len(), len(st.pages))
+	if st.len() != 3 || len(st.dense) != 1 || len(st.far) != 0 {
+		t.Fatalf("after deleteIf: len %d, %d pages; want 3 entries on 1 page", st.len(), len(st.dense))
 	}
 	if _, ok := st.get(1 << 40); ok {
 		t.Error("deleted ref still found")
@@ -49,5 +51,118 @@ func TestSeriesTable(t *testing.T) {
 	st.set(seriesPageSize, seriesEntry{seg: 9}) // a forgotten ref can come back
 	if e, ok := st.get(seriesPageSize); !ok || e.seg != 9 || st.len() != 4 {
 		t.Errorf("re-set after delete: %+v %v len %d", e, ok, st.len())
+	}
+}
+
+// bytes is the memory the table's pages take (labels not counted).
+func (t *seriesTable) bytes() int {
+	n := (len(t.dense) + len(t.sparse)) * 8
+	for p := range t.dense {
+		if t.dense[p] != nil {
+			n += int(unsafe.Sizeof(seriesPage{}))
+		}
+		if sp := t.sparse[p]; sp != nil {
+			n += int(unsafe.Sizeof(*sp)) + cap(sp.entries)*int(unsafe.Sizeof(seriesEntry{}))
+		}
+	}
+	return n
+}
+
+// TestSeriesTableCompacts churns refs with a few survivors per page: the
+// pages become sparse and the memory shrinks to about the survivors, every
+// lookup (present or not) answers as a map would, and a sparse page takes
+// overwrites and new refs.
+func TestSeriesTableCompacts(t *testing.T) {
+	const n = 20*seriesPageSize - 1 // refs 1..n fill pages 0-19
+	var st seriesTable
+	want := map[chunks.HeadSeriesRef]int{}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for ref := chunks.HeadSeriesRef(1); ref <= n; ref++ {
+		st.set(ref, seriesEntry{seg: int(ref)})
+		want[ref] = int(ref)
+	}
+	full := st.bytes()
+	// Keep ~1% at random, and the whole last page (where new refs go).
+	keep := func(e seriesEntry) bool { return e.seg >= 19*seriesPageSize || rng.IntN(100) == 0 }
+	kept := map[int]bool{}
+	st.deleteIf(func(e seriesEntry) bool {
+		if keep(e) {
+			kept[e.seg] = true
+			return false
+		}
+		return true
+	})
+	for ref := range want {
+		if !kept[int(ref)] {
+			delete(want, ref)
+		}
+	}
+	check := func(when string) {
+		t.Helper()
+		if st.len() != len(want) {
+			t.Fatalf("%s: len %d, want %d", when, st.len(), len(want))
+		}
+		for ref := chunks.HeadSeriesRef(0); ref <= n+seriesPageSize; ref++ {
+			e, ok := st.get(ref)
+			w, wok := want[ref]
+			if ok != wok || (ok && e.seg != w) {
+				t.Fatalf("%s: get(%d) = %d %v, want %d %v", when, ref, e.seg, ok, w, wok)
+			}
+		}
+	}
+	check("after churn")
+	sparse := 0
+	for p := range st.sparse {
+		if st.sparse[p] != nil {
+			sparse++
+		}
+	}
+	if sparse != 19 || st.dense[19] == nil {
+		t.Fatalf("%d sparse pages, want 19 (all but the last)", sparse)
+	}
+	// What is left: one dense page (the last) and ~41 entries in each other.
+	if got := st.bytes(); got > int(unsafe.Sizeof(seriesPage{}))+19*(1024+60*int(unsafe.Sizeof(seriesEntry{}))) {
+		t.Fatalf("table takes %d bytes after churn (%d before): pages were not reclaimed", got, full)
+	}
+
+	// Overwrite a present entry of a sparse page: it stays sparse.
+	var some chunks.HeadSeriesRef
+	for ref := range want {
+		if ref < 19*seriesPageSize {
+			some = ref
+			break
+		}
+	}
+	st.set(some, seriesEntry{seg: -1})
+	want[some] = -1
+	if st.sparse[uint64(some)>>seriesPageBits] == nil {
+		t.Fatal("overwrite made a sparse page dense")
+	}
+	check("after overwrite")
+	// A new ref in a sparse page (replay can do that) makes it dense.
+	fresh := some + 1
+	for want[fresh] != 0 {
+		fresh++
+	}
+	st.set(fresh, seriesEntry{seg: -2})
+	want[fresh] = -2
+	if st.dense[uint64(fresh)>>seriesPageBits] == nil {
+		t.Fatal("a new ref did not make its sparse page dense")
+	}
+	check("after insert")
+
+	// Deleting from sparse pages keeps them exact; deleting all drops them.
+	st.deleteIf(func(e seriesEntry) bool { return e.seg%2 == 0 })
+	for ref, seg := range want {
+		if seg%2 == 0 {
+			delete(want, ref)
+		}
+	}
+	check("after odd-only")
+	st.deleteIf(func(seriesEntry) bool { return true })
+	want = map[chunks.HeadSeriesRef]int{}
+	check("after all")
+	if len(st.dense) != 0 || len(st.sparse) != 0 {
+		t.Fatalf("empty table keeps %d page slots", len(st.dense))
 	}
 }

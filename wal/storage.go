@@ -57,6 +57,10 @@ type Storage struct {
 	// segment that may hold a record referring to them: the checkpoint keeps
 	// their series record until truncation has passed that segment.
 	deleted map[chunks.HeadSeriesRef]int // truncMu (and Open)
+	// deletedPeak is the most entries deleted held since it was made (see shrink).
+	deletedPeak int // truncMu (and Open)
+	// unsent tracks the current episode of deleting unsent data, to log it once.
+	unsent unsentEpisode // truncMu
 }
 
 var (
@@ -228,6 +232,7 @@ func (s *Storage) replay() error {
 		break // Repair removed everything after the damage.
 	}
 
+	s.deletedPeak = len(s.deleted)
 	s.nextRef.Store(uint64(r.maxRef))
 	s.maxLoggedRef.Store(uint64(r.maxRef))
 	d := time.Since(start)

@@ -28,6 +28,7 @@ type flags struct {
 
 	storagePath        string
 	walMaxAge          time.Duration
+	walMaxSize         units.Base2Bytes
 	walSegmentSize     units.Base2Bytes
 	remoteFlushTimeout time.Duration
 
@@ -73,6 +74,8 @@ func parseFlags(args []string) (*flags, error) {
 		Default("data/").StringVar(&f.storagePath)
 	app.Flag("storage.wal.max-age", "WAL segments older than this are deleted even if a remote end has not received them (the data is counted as lost in shoal_wal_segments_dropped_unsent_total). This is the retention that bounds a remote-write outage.").
 		Default("24h").DurationVar(&f.walMaxAge)
+	app.Flag("storage.wal.max-size", "When the WAL (segments and checkpoint) grows past this while a remote end is behind, its oldest segments are deleted even if unsent (counted in shoal_wal_segments_dropped_unsent_total). Checked every minute; at least two segments. Default: no size limit.").
+		BytesVar(&f.walMaxSize)
 	app.Flag("storage.wal.segment-size", "Size of a WAL segment; segments are the unit of truncation.").
 		Default("128MB").BytesVar(&f.walSegmentSize)
 	app.Flag("storage.remote.flush-deadline", "How long to keep sending buffered samples on shutdown.").
