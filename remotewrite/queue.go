@@ -129,6 +129,7 @@ type queue struct {
 	journal       *journal
 	rec           *recovery
 	journalFailed atomic.Bool
+	unsettled     bool         // a round was cut short: the journal holds its requests
 	failRun       atomic.Int64 // failed attempts since the last success
 
 	notify   chan struct{}
@@ -318,7 +319,10 @@ func (q *queue) run(ctx context.Context) {
 		if c.n() > 0 && (full || draining || c.n() >= shards*q.s.maxPerSend || time.Since(c.first) >= q.s.deadline) {
 			ok, retried := q.sendChunk(ctx, c, shards)
 			if !ok {
-				return // cancelled: c stays unacknowledged and is read again next time
+				// Cancelled: c stays unacknowledged and is read again next
+				// time; the journal knows which of its requests were settled.
+				q.unsettled = true
+				return
 			}
 			q.acked = c.end
 			q.endRecovery()
@@ -418,9 +422,10 @@ func (q *queue) fill(ctx context.Context, c *chunk, limit int) (full bool, err e
 
 // persist writes the acknowledged position if it moved, then starts the
 // journal afresh there. While recovering it writes nothing: the journal's
-// records are needed until the queue is past them.
+// records are needed until the queue is past them; nor after a round was cut
+// short, whose settled requests only the journal knows.
 func (q *queue) persist() {
-	if q.acked == q.persisted || q.rec != nil {
+	if q.acked == q.persisted || q.rec != nil || q.unsettled {
 		return
 	}
 	pos := q.acked
