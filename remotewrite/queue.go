@@ -63,6 +63,9 @@ type item struct {
 	h      *histogram.Histogram
 	fh     *histogram.FloatHistogram
 	exLbls labels.Labels
+	// group is non-zero for an item that was in flight when the queue last
+	// stopped without settling it: the id of that request (see journal.go).
+	group uint64
 }
 
 // chunk is what the queue read from the WAL and has not sent yet.
@@ -121,6 +124,14 @@ type queue struct {
 	lastWrite  time.Time
 	pendingSeg atomic.Int64 // segment of persisted, for PendingSegment
 
+	// journal records sent and settled requests between progress writes;
+	// rec is what it said at start-up, until the queue is past it.
+	journal       *journal
+	rec           *recovery
+	journalFailed atomic.Bool
+	unsettled     bool         // a round was cut short: the journal holds its requests
+	failRun       atomic.Int64 // failed attempts since the last success
+
 	notify   chan struct{}
 	drain    chan struct{} // closed by stop: send what is there and exit
 	stopOnce sync.Once
@@ -150,6 +161,7 @@ func newQueue(sp *spec, walDir, progressDir string, client remote.WriteClient, m
 		client:       client,
 		m:            m.forQueue(sp.name, sp.redactedURL),
 		progressPath: filepath.Join(progressDir, sp.name+".json"),
+		journal:      newJournal(filepath.Join(progressDir, sp.name+".acks")),
 		dec:          record.NewDecoder(labels.NewSymbolTable(), logger),
 		lb:           labels.NewBuilder(labels.EmptyLabels()),
 		notify:       make(chan struct{}, 1),
@@ -174,13 +186,16 @@ func newQueue(sp *spec, walDir, progressDir string, client remote.WriteClient, m
 		q.logger.Warn("Unreadable WAL repair record; assuming no repair", "err", err)
 	}
 	q.walRepairs = repairs.Generation
-	if found && pf.WALRepairs < repairs.Generation && (position{Segment: repairs.Segment}).less(pos) {
-		// The WAL was repaired after this position was saved: segments from
-		// the cut on may hold new records under old numbers. Re-read from the
-		// cut; what was sent before comes again as duplicates, nothing is skipped.
-		q.logger.Warn("The WAL was repaired since the saved position; re-reading from the repaired segment",
-			"saved_segment", pos.Segment, "saved_offset", pos.Offset, "repaired_segment", repairs.Segment)
-		pos = position{Segment: repairs.Segment}
+	if found && pf.WALRepairs < repairs.Generation {
+		// The WAL was repaired after this position was saved: past the cut,
+		// segment numbers may hold new records. A position past the cut goes
+		// back to it (everything before the cut is unchanged and was
+		// acknowledged); a position before it is still exact.
+		if seg, off, past := repairs.Cut(pos.Segment, pos.Offset); past {
+			q.logger.Warn("The WAL was repaired past the saved position; re-reading from the cut",
+				"saved_segment", pos.Segment, "saved_offset", pos.Offset, "cut_segment", seg, "cut_offset", off)
+			pos = position{Segment: seg, Offset: off}
+		}
 	}
 	q.saved, q.savedFound = pos, found
 	q.acked, q.persisted = pos, pos
@@ -235,6 +250,7 @@ func (q *queue) wake() {
 func (q *queue) run(ctx context.Context) {
 	defer close(q.done)
 	defer q.reader.close()
+	defer q.journal.close()
 	defer q.persist()
 
 	poll := time.NewTicker(pollInterval)
@@ -266,6 +282,7 @@ func (q *queue) run(ctx context.Context) {
 		if err == nil {
 			q.acked = start
 			q.pendingSeg.Store(int64(start.Segment))
+			q.openJournal(start)
 			q.logger.Info("Remote-write queue started", "segment", start.Segment, "offset", start.Offset, "series", q.series.len())
 			break
 		}
@@ -302,9 +319,13 @@ func (q *queue) run(ctx context.Context) {
 		if c.n() > 0 && (full || draining || c.n() >= shards*q.s.maxPerSend || time.Since(c.first) >= q.s.deadline) {
 			ok, retried := q.sendChunk(ctx, c, shards)
 			if !ok {
-				return // cancelled: c stays unacknowledged and is read again next time
+				// Cancelled: c stays unacknowledged and is read again next
+				// time; the journal knows which of its requests were settled.
+				q.unsettled = true
+				return
 			}
 			q.acked = c.end
+			q.endRecovery()
 			c.reset()
 			q.m.samplesPending.Set(0)
 			q.m.histogramsPending.Set(0)
@@ -316,6 +337,7 @@ func (q *queue) run(ctx context.Context) {
 		if c.n() == 0 {
 			// Everything read so far is done (series records, dropped data).
 			q.acked = c.end
+			q.endRecovery()
 		}
 		if draining && c.n() == 0 {
 			return
@@ -380,7 +402,9 @@ func (q *queue) reshard(cur int, behind, retried bool) int {
 // more for now. full reports that the limit was hit.
 func (q *queue) fill(ctx context.Context, c *chunk, limit int) (full bool, err error) {
 	defer func() { c.end = q.reader.pos() }()
-	for c.n() < limit {
+	// While recovering, read the whole stretch the journal covers into one
+	// round, so that each request in flight at the crash is sent again whole.
+	for c.n() < limit || (q.rec != nil && q.reader.pos().less(q.rec.end)) {
 		if ctx.Err() != nil {
 			return false, nil
 		}
@@ -396,9 +420,12 @@ func (q *queue) fill(ctx context.Context, c *chunk, limit int) (full bool, err e
 	return true, nil
 }
 
-// persist writes the acknowledged position if it moved.
+// persist writes the acknowledged position if it moved, then starts the
+// journal afresh there. While recovering it writes nothing: the journal's
+// records are needed until the queue is past them; nor after a round was cut
+// short, whose settled requests only the journal knows.
 func (q *queue) persist() {
-	if q.acked == q.persisted {
+	if q.acked == q.persisted || q.rec != nil || q.unsettled {
 		return
 	}
 	pos := q.acked
@@ -418,9 +445,58 @@ func (q *queue) persist() {
 		return
 	}
 	q.persisted = pos
+	if err := q.journal.reset(pos, q.walRepairs); err != nil {
+		q.journalErr(err)
+	}
 	q.pendingSeg.Store(int64(pos.Segment))
 	q.m.progressSegment.Set(float64(pos.Segment))
 	q.m.progressOffset.Set(float64(pos.Offset))
+}
+
+// openJournal loads what the journal says about the data after start (when
+// start is the saved position) and opens it for appending.
+func (q *queue) openJournal(start position) {
+	keep := false
+	if q.savedFound && start == q.saved {
+		rec, err := q.journal.load(start, q.walRepairs)
+		if err != nil {
+			q.logger.Warn("Unreadable acknowledgement journal; requests in flight at the last stop may be sent twice", "err", err)
+			q.m.pwErrs.Inc()
+		}
+		if rec != nil {
+			q.rec, keep = rec, true
+			q.logger.Info("Resuming with the acknowledgement journal: acknowledged requests are not sent again, requests in flight are sent alone",
+				"acknowledged_series", len(rec.acked), "in_flight_series", len(rec.pending), "until_segment", rec.end.Segment, "until_offset", rec.end.Offset)
+		}
+	}
+	// Ids only need to differ from the ones of earlier runs kept in the file.
+	if err := q.journal.open(start, q.walRepairs, keep, uint64(time.Now().UnixNano())); err != nil {
+		q.journalErr(err)
+	}
+}
+
+// endRecovery drops the journal's start-up view once the queue is past it.
+func (q *queue) endRecovery() {
+	if q.rec != nil && !q.acked.less(q.rec.end) {
+		q.rec = nil
+	}
+}
+
+// addItem adds a data item to c unless the journal says the receiver already
+// settled it; an item in flight at the crash is tagged with its request.
+func (q *queue) addItem(c *chunk, it item) bool {
+	if q.rec != nil {
+		skip, group := q.rec.classify(it.ref, it.kind == kindExemplar, it.t)
+		if skip {
+			if it.kind != kindExemplar {
+				q.m.resent.WithLabelValues(resendSkipped).Inc()
+			}
+			return false
+		}
+		it.group = group
+	}
+	c.add(it)
+	return true
 }
 
 func (q *queue) maybePersist() {
@@ -513,8 +589,9 @@ func (q *queue) handleRecord(rec []byte, seg int, sendable bool, c *chunk) {
 			if !ok {
 				continue
 			}
-			c.add(item{ref: s.Ref, kind: kindSample, t: s.T, v: s.V, lbls: lbls})
-			c.samples++
+			if q.addItem(c, item{ref: s.Ref, kind: kindSample, t: s.T, v: s.V, lbls: lbls}) {
+				c.samples++
+			}
 		}
 
 	case record.HistogramSamples, record.CustomBucketsHistogramSamples, record.HistogramSamplesV2:
@@ -532,8 +609,9 @@ func (q *queue) handleRecord(rec []byte, seg int, sendable bool, c *chunk) {
 			if !ok {
 				continue
 			}
-			c.add(item{ref: h.Ref, kind: kindHistogram, t: h.T, h: h.H, lbls: lbls})
-			c.histograms++
+			if q.addItem(c, item{ref: h.Ref, kind: kindHistogram, t: h.T, h: h.H, lbls: lbls}) {
+				c.histograms++
+			}
 		}
 		clear(q.bufHist)
 
@@ -552,8 +630,9 @@ func (q *queue) handleRecord(rec []byte, seg int, sendable bool, c *chunk) {
 			if !ok {
 				continue
 			}
-			c.add(item{ref: h.Ref, kind: kindFloatHistogram, t: h.T, fh: h.FH, lbls: lbls})
-			c.histograms++
+			if q.addItem(c, item{ref: h.Ref, kind: kindFloatHistogram, t: h.T, fh: h.FH, lbls: lbls}) {
+				c.histograms++
+			}
 		}
 		clear(q.bufFHist)
 
@@ -571,8 +650,9 @@ func (q *queue) handleRecord(rec []byte, seg int, sendable bool, c *chunk) {
 			if !ok {
 				continue
 			}
-			c.add(item{ref: e.Ref, kind: kindExemplar, t: e.T, v: e.V, lbls: lbls, exLbls: e.Labels})
-			c.exemplars++
+			if q.addItem(c, item{ref: e.Ref, kind: kindExemplar, t: e.T, v: e.V, lbls: lbls, exLbls: e.Labels}) {
+				c.exemplars++
+			}
 		}
 		clear(q.bufEx)
 

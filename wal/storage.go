@@ -225,7 +225,7 @@ func (s *Storage) replay() error {
 			return fmt.Errorf("wal: repair segment %d: %w", cerr.Segment, err)
 		}
 		// Segment numbers after the cut are reused: tell remote-write queues.
-		if err := recordRepair(s.dir, cerr.Segment); err != nil {
+		if err := recordRepair(s.dir, cerr.Segment, cerr.Offset); err != nil {
 			return fmt.Errorf("wal: recording the repair of segment %d: %w", cerr.Segment, err)
 		}
 		s.metrics.corruptionsRepaired.Inc()
