@@ -20,7 +20,7 @@ import (
 // handoff is the Manager's hand-off state, shared by its queues.
 type handoff struct {
 	mu    sync.Mutex
-	holds map[*Hold]position
+	holds map[*holdID]position
 
 	// hold is the lowest held position, nil when nothing is held. Queues read
 	// it for every record, so it is kept apart from mu.
@@ -29,38 +29,32 @@ type handoff struct {
 	flushTo atomic.Pointer[position]
 }
 
-// Hold keeps the queues from sending records written at or after its
-// position until Release is called.
-type Hold struct {
-	h    *handoff
-	m    *Manager
-	once sync.Once
-}
+// holdID tells holds apart.
+type holdID struct{ _ byte }
 
 // Hold makes every queue stop before p: no record that ends after p is sent
-// until the returned Hold is released. Holds nest; the lowest one wins.
-func (m *Manager) Hold(p wal.Position) *Hold {
+// until the returned release function is called (it is idempotent). Holds
+// nest; the lowest one wins.
+func (m *Manager) Hold(p wal.Position) (release func()) {
 	h := &m.handoff
-	hd := &Hold{h: h, m: m}
+	id := &holdID{}
 	h.mu.Lock()
 	if h.holds == nil {
-		h.holds = map[*Hold]position{}
+		h.holds = map[*holdID]position{}
 	}
-	h.holds[hd] = position{Segment: p.Segment, Offset: p.Offset}
+	h.holds[id] = position{Segment: p.Segment, Offset: p.Offset}
 	h.recomputeLocked()
 	h.mu.Unlock()
-	return hd
-}
-
-// Release lets the queues send past the hold's position. It is idempotent.
-func (hd *Hold) Release() {
-	hd.once.Do(func() {
-		hd.h.mu.Lock()
-		delete(hd.h.holds, hd)
-		hd.h.recomputeLocked()
-		hd.h.mu.Unlock()
-		hd.m.Notify()
-	})
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			h.mu.Lock()
+			delete(h.holds, id)
+			h.recomputeLocked()
+			h.mu.Unlock()
+			m.Notify()
+		})
+	}
 }
 
 func (h *handoff) recomputeLocked() {

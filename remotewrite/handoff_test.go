@@ -74,8 +74,8 @@ func TestHoldKeepsLaterRecordsUntilReleased(t *testing.T) {
 			t.Fatalf("%s@4000 (after the hold) was sent while held", s)
 		}
 	}
-	hold.Release()
-	hold.Release() // idempotent
+	hold()
+	hold() // idempotent
 	waitFor(t, "held records sent after release", func() bool { return tm.Acked(after) })
 	if n, dups := rcv.count(); n != 12 || dups != 0 {
 		t.Fatalf("receiver has %d samples (%d duplicates), want 12 and 0", n, dups)
@@ -97,11 +97,11 @@ func TestNestedHoldsTheLowestWins(t *testing.T) {
 	writeRounds(tw, refs, 3000, 1)
 	p3 := tw.end()
 	waitFor(t, "first round acknowledged", func() bool { return tm.Acked(p1) })
-	h2.Release()
+	h2()
 	if tm.Acked(p2) {
 		t.Fatal("releasing the higher hold let records past the lower one through")
 	}
-	h1.Release()
+	h1()
 	waitFor(t, "everything acknowledged", func() bool { return tm.Acked(p3) })
 }
 
