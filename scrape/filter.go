@@ -148,7 +148,7 @@ type Filter struct {
 	ringSignal chan struct{} // SetRing was called; capacity 1 coalesces
 	cfgSignal  chan struct{} // ApplyConfig was called
 	recheck    chan struct{} // Recheck was called
-	work       *handoffWork // hand-off steps of the last re-filters, for Run
+	work       *handoffWork  // hand-off steps of the last re-filters, for Run
 
 	mu      sync.Mutex
 	cfgs    map[string]*config.ScrapeConfig
