@@ -53,6 +53,8 @@ type Manager struct {
 	// configured is set by the first successful ApplyConfig. Before that the
 	// Manager cannot know what queues will need, so it keeps the whole WAL.
 	configured atomic.Bool
+	// handoff holds the hand-off requests (handoff.go).
+	handoff handoff
 }
 
 // NewManager returns a Manager for the WAL in walDir that keeps progress files
@@ -258,6 +260,7 @@ func (m *Manager) ApplyConfig(cfg *config.Config) error {
 			continue
 		}
 		q := newQueue(specs[name], m.walDir, m.progressDir, clients[name], m.metrics, m.logger)
+		q.handoff = &m.handoff
 		m.queues[name] = q
 		created = append(created, q)
 	}

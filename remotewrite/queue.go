@@ -139,6 +139,11 @@ type queue struct {
 	cancel   context.CancelFunc
 	done     chan struct{}
 
+	// handoff is the Manager's hand-off state (nil in tests without one);
+	// hq is this queue's part of it. See handoff.go.
+	handoff *handoff
+	hq      queueHandoff
+
 	// shardBufs are the send buffers of each shard, reused across chunks.
 	shardBufs []*shardBuffers
 
@@ -281,6 +286,7 @@ func (q *queue) run(ctx context.Context) {
 		start, err := q.reader.open(ctx, q.saved, q.savedFound)
 		if err == nil {
 			q.acked = start
+			q.publishAcked()
 			q.pendingSeg.Store(int64(start.Segment))
 			q.openJournal(start)
 			q.logger.Info("Remote-write queue started", "segment", start.Segment, "offset", start.Offset, "series", q.series.len())
@@ -316,7 +322,7 @@ func (q *queue) run(ctx context.Context) {
 		q.m.histogramsPending.Set(float64(c.histograms))
 		q.m.exemplarsPending.Set(float64(c.exemplars))
 
-		if c.n() > 0 && (full || draining || c.n() >= shards*q.s.maxPerSend || time.Since(c.first) >= q.s.deadline) {
+		if c.n() > 0 && (full || draining || c.n() >= shards*q.s.maxPerSend || time.Since(c.first) >= q.s.deadline || q.handoff.flushWanted(q.acked)) {
 			ok, retried := q.sendChunk(ctx, c, shards)
 			if !ok {
 				// Cancelled: c stays unacknowledged and is read again next
@@ -326,6 +332,7 @@ func (q *queue) run(ctx context.Context) {
 			}
 			q.acked = c.end
 			q.endRecovery()
+			q.publishAcked()
 			c.reset()
 			q.m.samplesPending.Set(0)
 			q.m.histogramsPending.Set(0)
@@ -338,6 +345,7 @@ func (q *queue) run(ctx context.Context) {
 			// Everything read so far is done (series records, dropped data).
 			q.acked = c.end
 			q.endRecovery()
+			q.publishAcked()
 		}
 		if draining && c.n() == 0 {
 			return
@@ -401,14 +409,14 @@ func (q *queue) reshard(cur int, behind, retried bool) int {
 // fill reads records into c until it holds limit items or the WAL has no
 // more for now. full reports that the limit was hit.
 func (q *queue) fill(ctx context.Context, c *chunk, limit int) (full bool, err error) {
-	defer func() { c.end = q.reader.pos() }()
+	defer func() { c.end = q.readPos() }()
 	// While recovering, read the whole stretch the journal covers into one
 	// round, so that each request in flight at the crash is sent again whole.
-	for c.n() < limit || (q.rec != nil && q.reader.pos().less(q.rec.end)) {
+	for c.n() < limit || (q.rec != nil && q.readPos().less(q.rec.end)) {
 		if ctx.Err() != nil {
 			return false, nil
 		}
-		rec, seg, sendable, err := q.reader.next(ctx)
+		rec, seg, sendable, err := q.nextRecord(ctx)
 		if err != nil {
 			return false, err
 		}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -21,6 +22,9 @@ import (
 )
 
 // flags holds the command line; names and defaults are part of SPEC.
+// labelNameRE matches a classic Prometheus label name.
+var labelNameRE = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]*$`)
+
 type flags struct {
 	configFile    string
 	listenAddress string
@@ -47,6 +51,8 @@ type flags struct {
 	replicationFactor      int
 	tokens                 int
 	handoffDelay           time.Duration
+	handoffTimeout         time.Duration
+	replicaLabel           string
 	terminateGraceDeadline time.Duration
 
 	log promslog.Config
@@ -109,15 +115,25 @@ func parseFlags(args []string) (*flags, error) {
 		Default("1").IntVar(&f.replicationFactor)
 	app.Flag("cluster.tokens", "Tokens per node on the consistent-hash ring.").
 		Default("512").IntVar(&f.tokens)
-	app.Flag("cluster.handoff-delay", "A node that gains a target because the ring changed waits this long before scraping it, so the previous owner has stopped and flushed first.").
+	app.Flag("cluster.handoff-delay", "Upper bound of how long a node that gains a target waits for every peer to announce that it stopped appending it (normally milliseconds); 0 starts gained targets at once.").
 		Default("2s").DurationVar(&f.handoffDelay)
-	app.Flag("cluster.terminate-grace", "On shutdown, how long to wait for this node's scrapes to stop after it turned terminating.").
+	app.Flag("cluster.handoff-timeout", "Upper bound of how long remote write holds back a gained target's samples until the previous owners' last samples are acknowledged (they are held while the remote end is down).").
+		Default("5m").DurationVar(&f.handoffTimeout)
+	app.Flag("cluster.terminate-grace", "On shutdown, how long to wait for this node's last samples of handed-off targets to be acknowledged after it turned terminating.").
 		Default("5s").DurationVar(&f.terminateGraceDeadline)
+	app.Flag("cluster.replica-label", "With --cluster.replication-factor above 1, the target label that carries each owner's rank for the target (0 for the primary). Must not start with \"__\".").
+		Default("replica").StringVar(&f.replicaLabel)
 
 	promslogflag.AddFlags(app, &f.log)
 
 	if _, err := app.Parse(args); err != nil {
 		return nil, nameFlag(app, args, err)
+	}
+	if strings.HasPrefix(f.replicaLabel, "__") || (f.replicaLabel != "" && !labelNameRE.MatchString(f.replicaLabel)) {
+		return nil, fmt.Errorf("--cluster.replica-label=%q is not a valid target label name (it must not start with \"__\", which Prometheus strips from target labels)", f.replicaLabel)
+	}
+	if f.handoffTimeout <= 0 {
+		return nil, fmt.Errorf("--cluster.handoff-timeout must be positive, got %s", f.handoffTimeout)
 	}
 	if f.replicationFactor < 1 {
 		return nil, fmt.Errorf("--cluster.replication-factor must be at least 1, got %d", f.replicationFactor)
