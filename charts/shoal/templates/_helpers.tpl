@@ -93,7 +93,7 @@ as YAML (helpers can only return strings).
 
 {{/* Namespaces the default discovery looks at. */}}
 {{- define "shoal.sdNamespaces" -}}
-{{- if .Values.rbac.namespaced }}
+{{- if .Values.rbac.namespaced -}}
 namespaces:
   names:
     - {{ .Release.Namespace }}
@@ -138,7 +138,7 @@ scrape_configs:
   - job_name: kubernetes-pods
     kubernetes_sd_configs:
       - role: pod
-        {{- include "shoal.sdNamespaces" . | nindent 8 }}
+        {{- with include "shoal.sdNamespaces" . }}{{ . | nindent 8 }}{{ end }}
     relabel_configs:
       - source_labels: [__meta_kubernetes_pod_annotation_prometheus_io_scrape]
         regex: "true"
@@ -170,7 +170,7 @@ scrape_configs:
   - job_name: kubernetes-service-endpoints
     kubernetes_sd_configs:
       - role: endpointslice
-        {{- include "shoal.sdNamespaces" . | nindent 8 }}
+        {{- with include "shoal.sdNamespaces" . }}{{ . | nindent 8 }}{{ end }}
     relabel_configs:
       - source_labels: [__meta_kubernetes_service_annotation_prometheus_io_scrape]
         regex: "true"
