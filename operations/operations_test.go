@@ -54,8 +54,8 @@ func TestRulesFileIsValid(t *testing.T) {
 	}
 }
 
-// healthyCluster is three participants (n1..n3) of job "shoal" scraping 30
-// demo targets and sending everything, for an hour at a 1m resolution.
+// healthyCluster is three participants (n1..n3) of job "shoal" scraping 300
+// targets (30 of which have an `up` series here) and sending everything, for an hour at a 1m resolution.
 // Series are keyed by their selector so that a case can replace one.
 func healthyCluster() map[string]string {
 	s := map[string]string{}
@@ -68,8 +68,8 @@ func healthyCluster() map[string]string {
 		s[`up{`+l+`}`] = "1x60"
 		s[`shoal_config_hash{`+l+`, sha256="aaa"}`] = "1x60"
 		s[`shoal_config_last_reload_successful{`+l+`}`] = "1x60"
-		s[`shoal_targets_owned{`+l+`, exported_job="demo"}`] = "10x60"
-		s[`shoal_targets_discovered{`+l+`, exported_job="demo"}`] = "30x60"
+		s[`shoal_targets_owned{`+l+`, exported_job="demo"}`] = "100x60"
+		s[`shoal_targets_discovered{`+l+`, exported_job="demo"}`] = "300x60"
 		s[`shoal_targets_invalid{`+l+`, exported_job="demo"}`] = "0x60"
 		s[`shoal_ring_ownership_ratio{`+l+`}`] = fmt.Sprintf("%.3fx60", []float64{0.31, 0.35, 0.34}[i])
 		s[`shoal_wal_samples_appended_total{`+l+`, type="float"}`] = "0+600x60" // 10/s
@@ -116,7 +116,7 @@ func TestAlertsFire(t *testing.T) {
 			s[`up{`+n3+`}`] = "0x60"
 			for _, n := range []string{nodeDefaults, n2} {
 				s[`cluster_node_peers{`+n+`, state="participant"}`] = "2x60"
-				s[`shoal_targets_owned{`+n+`, exported_job="demo"}`] = "15x60"
+				s[`shoal_targets_owned{`+n+`, exported_job="demo"}`] = "150x60"
 				s[`shoal_ring_ownership_ratio{`+n+`}`] = "0.5x60"
 			}
 		}, 30 * time.Minute, []string{"ClusterNodeCountMismatch"}},
@@ -145,11 +145,18 @@ func TestAlertsFire(t *testing.T) {
 			s[`up{job="demo", instance="t7"}`] = "1x10 stale"
 		}, 20 * time.Minute, nil},
 		{"duplicated targets", func(s map[string]string) {
-			s[`shoal_targets_owned{`+nodeDefaults+`, exported_job="demo"}`] = "20x60"
+			s[`shoal_targets_owned{`+nodeDefaults+`, exported_job="demo"}`] = "200x60"
 		}, 30 * time.Minute, []string{"ShoalTargetsDuplicated"}},
 		{"load skew", func(s map[string]string) {
 			s[`shoal_wal_samples_appended_total{`+nodeDefaults+`, type="float"}`] = "0+1800x60"
 		}, 55 * time.Minute, []string{"ShoalLoadSkew"}},
+		{"load skew with few targets is luck", func(s map[string]string) {
+			s[`shoal_wal_samples_appended_total{`+nodeDefaults+`, type="float"}`] = "0+1800x60"
+			for _, n := range []string{nodeDefaults, n2, n3} {
+				s[`shoal_targets_owned{`+n+`, exported_job="demo"}`] = "10x60"
+				s[`shoal_targets_discovered{`+n+`, exported_job="demo"}`] = "30x60"
+			}
+		}, 55 * time.Minute, nil},
 		{"remote write behind", func(s map[string]string) {
 			s[`prometheus_remote_storage_queue_highest_sent_timestamp_seconds{`+n2+`, remote_name="r", url="u"}`] = "0+60x10 600x50"
 		}, 50 * time.Minute, []string{"ShoalRemoteWriteBehind"}},
