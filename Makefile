@@ -9,7 +9,7 @@ LDFLAGS    = -X github.com/prometheus/common/version.Version=$(VERSION) \
              -X github.com/prometheus/common/version.Revision=$(REVISION) \
              -X github.com/prometheus/common/version.Branch=main
 
-.PHONY: all build test test-unit test-e2e lint demo bench clean
+.PHONY: all build test test-unit test-e2e lint lint-chart chart-docs image demo bench clean
 
 all: build
 
@@ -33,6 +33,38 @@ lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go') 2>/dev/null); \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed on:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) run ./charts/internal/chartdocs -check
+	$(MAKE) --no-print-directory lint-chart
+
+# helm, built once from the Go module proxy into a cache keyed by its version
+# (no download besides modules). The -X flags give it a current default
+# Kubernetes version, as helm's release builds have.
+HELM_VERSION ?= v3.22.0
+TOOLS_DIR    ?= $(HOME)/.cache/shoal-tools
+HELM          = $(TOOLS_DIR)/helm-$(HELM_VERSION)/helm
+HELM_LDFLAGS  = -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
+                -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=33 \
+                -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=33
+
+$(HELM):
+	GOBIN=$(dir $(HELM)) GOFLAGS=-buildvcs=false $(GO) install -ldflags '$(HELM_LDFLAGS)' helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+
+# helm lint on the chart with its defaults and with every optional part on.
+lint-chart: $(HELM)
+	$(HELM) lint --strict charts/shoal
+	$(HELM) lint --strict charts/shoal --set controller.type=deployment,autoscaling.enabled=true,rbac.namespaced=true,serviceMonitor.enabled=true,prometheusRule.enabled=true,cluster.gossipKey.existingSecret=key,remoteWrite[0].url=https://x.example/write
+
+# Regenerates charts/shoal/README.md from values.yaml and copies the alerting
+# rules and dashboards from operations/ into the chart.
+chart-docs:
+	$(GO) run ./charts/internal/chartdocs
+
+# The container image (Dockerfile at the root). Needs a container engine and
+# the base images (golang, distroless/static) pullable or already present.
+CONTAINER_ENGINE ?= docker
+IMAGE            ?= ghcr.io/shoal-dev/shoal:$(VERSION)
+image:
+	$(CONTAINER_ENGINE) build --build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) -t $(IMAGE) .
 
 # A local 3-replica cluster with 30 demo targets and a local receiver; Ctrl-C stops it.
 demo:

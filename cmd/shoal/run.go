@@ -526,6 +526,9 @@ func (a *agent) applyConfig(cfg *config.Config) error {
 	if err := a.discovery.ApplyConfig(sd); err != nil {
 		errs = append(errs, fmt.Errorf("discovery: %w", err))
 	}
+	if len(errs) == 0 {
+		setConfigHash(a.reg, a.logger, cfg)
+	}
 	return errors.Join(errs...)
 }
 
