@@ -321,6 +321,7 @@ func webOptions(a *agent, f *flags, scrapeView *lateScrape) web.Options {
 	if a.node != nil {
 		o.Cluster = a.node
 	}
+	o.PeerClientConfigFile = f.webClientConfigFile // the status page asks peers with these credentials
 	return o
 }
 
