@@ -227,7 +227,7 @@ func (c *cliClient) peers(ctx context.Context, w io.Writer) error {
 	fmt.Fprintf(w, "Asked %s (%s). Spread max/mean across participants: series %s, samples/s %s, owned targets %s.\n\n",
 		d.Self, c.base, spread(d.Spread.Series), spread(d.Spread.SamplesPerSecond), spread(d.Spread.OwnedTargets))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tSTATE\tGOSSIP ADDRESS\tHTTP ADDRESS\tRING SHARE\tOWNED TARGETS\tSERIES\tSAMPLES/S\tWAL\tREADY\t")
+	fmt.Fprintln(tw, "NAME\tSTATE\tGOSSIP ADDRESS\tHTTP ADDRESS\tRING SHARE\tOWNED TARGETS\tSERIES\tSAMPLES/S\tWAL\tREADY")
 	for _, p := range d.Peers {
 		name := p.Name
 		if p.Self {
@@ -237,7 +237,7 @@ func (c *cliClient) peers(ctx context.Context, w io.Writer) error {
 		if p.Error != "" {
 			load = "?\t?\t?\tunreachable"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.1f%%\t%d\t%s\t\n", name, p.State, p.Address, p.HTTPAddress, p.RingShare*100, p.OwnedTargets, load)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.1f%%\t%d\t%s\n", name, p.State, p.Address, p.HTTPAddress, p.RingShare*100, p.OwnedTargets, load)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -267,9 +267,9 @@ func (c *cliClient) targets(ctx context.Context, w io.Writer) error {
 	fmt.Fprintf(w, "%d targets discovered: %s.\n\n", d.Total, orNone(strings.Join(parts, ", ")))
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "JOB\tTARGETS\tEXACTLY BY OWNERS\tPROBLEMS\t")
+	fmt.Fprintln(tw, "JOB\tTARGETS\tEXACTLY BY OWNERS\tPROBLEMS")
 	for _, j := range d.Jobs {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t\n", j.Job, j.Targets, j.OK, problems(j))
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", j.Job, j.Targets, j.OK, problems(j))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -280,9 +280,9 @@ func (c *cliClient) targets(ctx context.Context, w io.Writer) error {
 		return printPeerErrors(w, d.PeerErrors)
 	}
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "STATUS\tJOB\tTARGET\tOWNERS\tSCRAPED BY\tHEALTH\tLAST ERROR\t")
+	fmt.Fprintln(tw, "STATUS\tJOB\tTARGET\tOWNERS\tSCRAPED BY\tHEALTH\tLAST ERROR")
 	for _, t := range d.Targets {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", t.Status, t.Job, t.ScrapeURL, orNone(strings.Join(t.Owners, ",")),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.Status, t.Job, t.ScrapeURL, orNone(strings.Join(t.Owners, ",")),
 			orNone(strings.Join(t.ScrapedBy, ",")), orNone(t.Health), t.LastError)
 	}
 	if err := tw.Flush(); err != nil {
@@ -324,7 +324,7 @@ func (c *cliClient) explain(ctx context.Context, w io.Writer) error {
 		}
 		fmt.Fprintln(w, "\nTokens walked clockwise from the key:")
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "  TOKEN\tPOSITION\tNODE\t")
+		fmt.Fprintln(tw, "  TOKEN\tPOSITION\tNODE")
 		if p := ex.Previous; p != nil {
 			fmt.Fprintf(tw, "  %s\t%.4f%%\t%s\tprevious token\n", p.Token, p.Position*100, p.Node)
 		}
@@ -342,13 +342,13 @@ func (c *cliClient) explain(ctx context.Context, w io.Writer) error {
 		if len(ex.Scrapes) > 0 {
 			fmt.Fprintln(w, "\nScrapes:")
 			tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "  NODE\tHEALTH\tLAST SCRAPE\tDURATION\tLAST ERROR\t")
+			fmt.Fprintln(tw, "  NODE\tHEALTH\tLAST SCRAPE\tDURATION\tLAST ERROR")
 			for _, s := range ex.Scrapes {
 				last := "never"
 				if !s.LastScrape.IsZero() {
 					last = s.LastScrape.UTC().Format(time.RFC3339)
 				}
-				fmt.Fprintf(tw, "  %s\t%s\t%s\t%.3fs\t%s\t\n", s.Node, s.Health, last, s.LastScrapeDuration, s.LastError)
+				fmt.Fprintf(tw, "  %s\t%s\t%s\t%.3fs\t%s\n", s.Node, s.Health, last, s.LastScrapeDuration, s.LastError)
 			}
 			if err := tw.Flush(); err != nil {
 				return err
