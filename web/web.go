@@ -98,9 +98,6 @@ func New(opts Options, logger *slog.Logger) *Handler {
 	if opts.PeerTimeout <= 0 {
 		opts.PeerTimeout = 3 * time.Second
 	}
-	if opts.PeerClient == nil {
-		opts.PeerClient = &http.Client{Timeout: opts.PeerTimeout}
-	}
 	if opts.Ring == nil {
 		opts.Ring = func() *ring.Ring { return nil }
 	}
