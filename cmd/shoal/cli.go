@@ -416,4 +416,3 @@ func bytesIEC(n int64) string {
 	}
 	return fmt.Sprintf("%.1f %s", f, units[i])
 }
-
