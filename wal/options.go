@@ -86,6 +86,10 @@ type Options struct {
 	// (e.g. no remote_write configured): every segment but the live one may go.
 	// A nil PendingSegment behaves like ok=false.
 	PendingSegment func() (segment int, ok bool)
+
+	// OnReplay, if set, is called by Open before it replays segment k of n,
+	// so that readiness can say how far the replay is.
+	OnReplay func(k, n int)
 }
 
 // DefaultOptions returns Options with every default filled in.

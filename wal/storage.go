@@ -211,6 +211,9 @@ func (s *Storage) replay() error {
 	n := last - from + 1
 	for i := from; i <= last; i++ {
 		s.logger.Info(fmt.Sprintf("replaying WAL segment %d of %d", i-from+1, n), "segment", i)
+		if s.opts.OnReplay != nil {
+			s.opts.OnReplay(i-from+1, n)
+		}
 		err := r.readSegment(i)
 		if err == nil {
 			continue

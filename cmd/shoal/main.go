@@ -29,6 +29,8 @@ type flags struct {
 	configFile    string
 	listenAddress string
 	webConfigFile string
+	// webClientConfigFile: credentials for asking peers (status page fan-out).
+	webClientConfigFile string
 
 	storagePath        string
 	walMaxAge          time.Duration
@@ -75,6 +77,8 @@ func parseFlags(args []string) (*flags, error) {
 		Default(":9940").StringVar(&f.listenAddress)
 	app.Flag("web.config.file", "Path to an exporter-toolkit web configuration file enabling TLS or basic auth.").
 		Default("").StringVar(&f.webConfigFile)
+	app.Flag("web.client-config.file", "Prometheus HTTP client configuration (tls_config, basic_auth with password_file, authorization) used to ask peers for the cluster views when --web.config.file enables TLS or basic auth.").
+		Default("").StringVar(&f.webClientConfigFile)
 
 	app.Flag("storage.path", "Directory for the write-ahead log and remote-write progress.").
 		Default("data/").StringVar(&f.storagePath)
@@ -154,6 +158,10 @@ func parseFlags(args []string) (*flags, error) {
 }
 
 func main() {
+	// `shoal cluster ...` queries a running agent (cli.go).
+	if len(os.Args) > 1 && os.Args[1] == "cluster" {
+		os.Exit(runCLI(os.Args[1:], os.Stdout, os.Stderr))
+	}
 	f, err := parseFlags(os.Args[1:])
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "shoal:", err)

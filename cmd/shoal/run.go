@@ -66,6 +66,8 @@ type agent struct {
 	reloadMu          sync.Mutex
 	reloadSuccess     prometheus.Gauge
 	reloadSuccessTime prometheus.Gauge
+
+	replaying atomic.Pointer[string] // "segment k of n" while the WAL replays
 }
 
 // run starts the agent and blocks until ctx is cancelled (SIGTERM in main),
@@ -167,6 +169,7 @@ func run(ctx context.Context, f *flags) error {
 	walOpts.MaxSize = int64(f.walMaxSize)
 	walOpts.OnCommit = a.remote.Notify
 	walOpts.PendingSegment = a.remote.PendingSegment
+	walOpts.OnReplay = func(k, n int) { s := fmt.Sprintf("segment %d of %d", k, n); a.replaying.Store(&s) }
 	a.wal, err = wal.Open(filepath.Join(f.storagePath, "wal"), walOpts, logger.With("component", "wal"), reg)
 	if err != nil {
 		return fmt.Errorf("opening the WAL in %s: %w", f.storagePath, err)
@@ -353,6 +356,7 @@ func webOptions(a *agent, f *flags, scrapeView *lateScrape) web.Options {
 	if a.node != nil {
 		o.Cluster = a.node
 	}
+	o.PeerClientConfigFile = f.webClientConfigFile // the status page asks peers with these credentials
 	return o
 }
 
@@ -393,6 +397,9 @@ func (a *agent) ready() (bool, string) {
 	case a.node != nil && !a.clusterUp.Load():
 		return false, "joining the cluster"
 	case !a.walReplayed.Load():
+		if p := a.replaying.Load(); p != nil {
+			return false, "replaying WAL " + *p
+		}
 		return false, "WAL replay in progress"
 	case !a.configLoaded.Load():
 		return false, "applying the configuration"
