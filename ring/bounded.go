@@ -23,11 +23,12 @@ type Load struct {
 // loads, Mirrokni, Thorup and Zadimoghaddam) of a set of weighted targets
 // on a ring. It is immutable and safe for concurrent use.
 //
-// Targets are placed one after the other in ascending key order; each goes
-// to the first node met walking clockwise from its key (as Owners walks)
-// whose load plus the target's weight stays within c × rf × the mean load,
-// distinct from the owners it already has; a target that fits nowhere goes
-// to the least loaded node it does not have yet. The result depends only on
+// Targets are placed one after the other, the heaviest first (by weight
+// class, a power of two) and in ascending key order within a class; each
+// goes to the first node met walking clockwise from its key (as Owners
+// walks) whose load plus the target's weight stays within c × rf × the mean
+// load, distinct from the owners it already has; a target that fits nowhere
+// goes to the least loaded node it does not have yet. The result depends only on
 // the ring and the set of (key, weight) pairs, never on their order, so
 // every node that has the same gossiped state computes the same owners.
 type Bounded struct {
@@ -87,6 +88,13 @@ func NewBounded(r *Ring, targets []Load, c float64, rf int) *Bounded {
 	for _, t := range ts {
 		total += t.Weight
 	}
+	// Heavy targets first (by weight class: a power of two), then by key
+	// within a class. The heavy ones fill the nodes while there is room
+	// everywhere, so when a join or a leave shifts the capacity the
+	// overflow that cascades along the order is made of light targets,
+	// which move few samples. Classes rather than exact weights keep the
+	// order itself from changing with every republished weight.
+	slices.SortStableFunc(ts, func(a, b Load) int { return cmp.Compare(weightClass(b.Weight), weightClass(a.Weight)) })
 	b.limit = c * float64(rf) * total / float64(n)
 	b.keys = make([]uint64, len(ts))
 	b.owners = make([]int32, len(ts)*b.rf)
@@ -94,14 +102,34 @@ func NewBounded(r *Ring, targets []Load, c float64, rf int) *Bounded {
 		b.owners[i] = -1
 	}
 	b.load = make([]float64, n)
+	type placed struct {
+		key uint64
+		own []int32
+	}
+	res := make([]placed, len(ts))
 	for i, t := range ts {
-		b.keys[i] = t.Key
-		own := b.owners[i*b.rf : i*b.rf+rf]
+		own := make([]int32, b.rf)
 		for k := range own {
+			own[k] = -1
+		}
+		for k := range rf {
 			own[k] = b.place(t, own[:k])
 		}
+		res[i] = placed{t.Key, own}
+	}
+	slices.SortFunc(res, func(a, b placed) int { return cmp.Compare(a.key, b.key) })
+	for i, p := range res {
+		b.keys[i] = p.key
+		copy(b.owners[i*b.rf:], p.own)
 	}
 	return b
+}
+
+// weightClass is the binary exponent of w: weights within a factor of two
+// share a class.
+func weightClass(w float64) int {
+	_, exp := math.Frexp(w)
+	return exp
 }
 
 // place picks the owner of t's next replica given the owners it has.
