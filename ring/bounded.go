@@ -88,13 +88,6 @@ func NewBounded(r *Ring, targets []Load, c float64, rf int) *Bounded {
 	for _, t := range ts {
 		total += t.Weight
 	}
-	// Heavy targets first (by weight class: a power of two), then by key
-	// within a class. The heavy ones fill the nodes while there is room
-	// everywhere, so when a join or a leave shifts the capacity the
-	// overflow that cascades along the order is made of light targets,
-	// which move few samples. Classes rather than exact weights keep the
-	// order itself from changing with every republished weight.
-	slices.SortStableFunc(ts, func(a, b Load) int { return cmp.Compare(weightClass(b.Weight), weightClass(a.Weight)) })
 	b.limit = c * float64(rf) * total / float64(n)
 	b.keys = make([]uint64, len(ts))
 	b.owners = make([]int32, len(ts)*b.rf)
@@ -102,25 +95,34 @@ func NewBounded(r *Ring, targets []Load, c float64, rf int) *Bounded {
 		b.owners[i] = -1
 	}
 	b.load = make([]float64, n)
-	type placed struct {
-		key uint64
-		own []int32
-	}
-	res := make([]placed, len(ts))
 	for i, t := range ts {
-		own := make([]int32, b.rf)
-		for k := range own {
-			own[k] = -1
-		}
-		for k := range rf {
-			own[k] = b.place(t, own[:k])
-		}
-		res[i] = placed{t.Key, own}
+		b.keys[i] = t.Key
 	}
-	slices.SortFunc(res, func(a, b placed) int { return cmp.Compare(a.key, b.key) })
-	for i, p := range res {
-		b.keys[i] = p.key
-		copy(b.owners[i*b.rf:], p.own)
+	// Heavy targets first (by weight class: a power of two), then by key
+	// within a class. The heavy ones fill the nodes while there is room
+	// everywhere, so when a join or a leave shifts the capacity the
+	// overflow that cascades along the order is made of light targets,
+	// which move few samples. Classes rather than exact weights keep the
+	// order itself from changing with every republished weight. ts is
+	// sorted by key, so ordering indexes by class then index is ordering
+	// by class then key.
+	order := make([]int32, len(ts))
+	class := make([]int, len(ts))
+	for i, t := range ts {
+		order[i] = int32(i)
+		class[i] = weightClass(t.Weight)
+	}
+	slices.SortFunc(order, func(x, y int32) int {
+		if c := cmp.Compare(class[y], class[x]); c != 0 {
+			return c
+		}
+		return cmp.Compare(x, y)
+	})
+	for _, i := range order {
+		o := b.owners[int(i)*b.rf : int(i)*b.rf+rf]
+		for k := range o {
+			o[k] = b.place(ts[i], o[:k])
+		}
 	}
 	return b
 }
