@@ -23,11 +23,12 @@ type Load struct {
 // loads, Mirrokni, Thorup and Zadimoghaddam) of a set of weighted targets
 // on a ring. It is immutable and safe for concurrent use.
 //
-// Targets are placed one after the other in ascending key order; each goes
-// to the first node met walking clockwise from its key (as Owners walks)
-// whose load plus the target's weight stays within c × rf × the mean load,
-// distinct from the owners it already has; a target that fits nowhere goes
-// to the least loaded node it does not have yet. The result depends only on
+// Targets are placed one after the other, the heaviest first (by weight
+// class, a power of two) and in ascending key order within a class; each
+// goes to the first node met walking clockwise from its key (as Owners
+// walks) whose load plus the target's weight stays within c × rf × the mean
+// load, distinct from the owners it already has; a target that fits nowhere
+// goes to the least loaded node it does not have yet. The result depends only on
 // the ring and the set of (key, weight) pairs, never on their order, so
 // every node that has the same gossiped state computes the same owners.
 type Bounded struct {
@@ -96,12 +97,41 @@ func NewBounded(r *Ring, targets []Load, c float64, rf int) *Bounded {
 	b.load = make([]float64, n)
 	for i, t := range ts {
 		b.keys[i] = t.Key
-		own := b.owners[i*b.rf : i*b.rf+rf]
-		for k := range own {
-			own[k] = b.place(t, own[:k])
+	}
+	// Heavy targets first (by weight class: a power of two), then by key
+	// within a class. The heavy ones fill the nodes while there is room
+	// everywhere, so when a join or a leave shifts the capacity the
+	// overflow that cascades along the order is made of light targets,
+	// which move few samples. Classes rather than exact weights keep the
+	// order itself from changing with every republished weight. ts is
+	// sorted by key, so ordering indexes by class then index is ordering
+	// by class then key.
+	order := make([]int32, len(ts))
+	class := make([]int, len(ts))
+	for i, t := range ts {
+		order[i] = int32(i)
+		class[i] = weightClass(t.Weight)
+	}
+	slices.SortFunc(order, func(x, y int32) int {
+		if c := cmp.Compare(class[y], class[x]); c != 0 {
+			return c
+		}
+		return cmp.Compare(x, y)
+	})
+	for _, i := range order {
+		o := b.owners[int(i)*b.rf : int(i)*b.rf+rf]
+		for k := range o {
+			o[k] = b.place(ts[i], o[:k])
 		}
 	}
 	return b
+}
+
+// weightClass is the binary exponent of w: weights within a factor of two
+// share a class.
+func weightClass(w float64) int {
+	_, exp := math.Frexp(w)
+	return exp
 }
 
 // place picks the owner of t's next replica given the owners it has.

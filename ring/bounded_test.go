@@ -106,16 +106,17 @@ func TestBoundedSameOwnersOnEveryNode(t *testing.T) {
 }
 
 // A join or a leave moves no more than the simulation says
-// (docs/BENCHMARKS.md, "Placement designs"): at 10 nodes within 1.5/N of
-// the samples; at 30 skewed nodes the cascade costs 1.7/N (the simulated
-// 5.65%), so 2/N is asserted there.
+// (docs/BENCHMARKS.md, "Placement designs"): within 1.5/N of the samples up
+// to 30 nodes; at 100 skewed nodes the cascade costs 2.1–2.5/N (depending
+// on the keys and on which node leaves), so 3/N
+// is asserted there.
 func TestBoundedJoinLeaveMovement(t *testing.T) {
 	for _, tc := range []struct {
 		nodes  int
 		skewed bool
 		limit  float64 // × 1/N
 	}{
-		{10, false, 1.5}, {10, true, 1.5}, {30, false, 1.5}, {30, true, 2},
+		{10, false, 1.5}, {10, true, 1.5}, {30, false, 1.5}, {30, true, 1.5}, {100, true, 3},
 	} {
 		t.Run(fmt.Sprintf("nodes=%d/skewed=%v", tc.nodes, tc.skewed), func(t *testing.T) {
 			ts := skewedLoads(10_000, 3, tc.skewed)

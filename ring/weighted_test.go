@@ -82,7 +82,7 @@ func TestNewWeightedOrderDuplicatesAndBounds(t *testing.T) {
 // about as many as its share changes.
 func TestNewWeightedCountChangeMovesOnlyThatNode(t *testing.T) {
 	names := nodeNames(10)
-	keys := testKeys(100_000, 5)
+	keys := testKeys(50_000, 5)
 	before := NewWeighted(members(names, DefaultTokensPerNode))
 	for _, tc := range []struct {
 		name   string

@@ -688,13 +688,14 @@ func PlacementReport(sizes []int, targets int, c PlacementConfig) string {
 		"measures its load and publishes new state for the next round. "+
 		"*weighted tokens*: `ring.NewWeighted`, each node's token count from its measured load (`sim.TokenPolicy`: the sum of its targets' smoothed loads, "+
 		"dead band ±%.0f%% of the mean, gain %.2f, step at most ×%.2f, %d–%d tokens). "+
-		"*bounded load*: `ring.NewBounded` on today's ring with c = %.2f (targets in key order, each to the first node clockwise whose load stays within c × the mean) "+
-		"over the targets whose weights their owners published (`ring.WeightPolicy`: smoothing %.2f, republished only when the estimate leaves ±%.0f%%). "+
+		"*bounded load*: `ring.NewBounded` on today's ring with c = %.2f (the heaviest weight class first, key order within a class, each target to the first node clockwise "+
+		"whose load stays within c × the mean) over the targets whose weights their owners published (`ring.WeightPolicy`: first published after %d measurements, "+
+		"smoothing %.2f, republished only when the estimate leaves ±%.0f%%). "+
 		"Balance is measured once converged, without noise; \"at once\" is the first round after the change, \"settled\" sums every move until the published state stops changing "+
 		"(leave averaged over %d different leaving nodes, so today's ring differs slightly from the ring table's average over 10); "+
 		"churn is one hour of steady state with every target's load redrawn every round within ±%.0f%%, and \"worst\" is the worst max/mean samples "+
 		"during that hour. With one scrape interval for every target, series and samples/s are the same measure.\n\n",
-		targets, c.HourRounds, 100*p.Tolerance, p.Gain, p.MaxStep, p.MinTokens, p.MaxTokens, c.BoundC, w.Smoothing, 100*w.Tolerance, c.Leavers, 100*c.Noise)
+		targets, c.HourRounds, 100*p.Tolerance, p.Gain, p.MaxStep, p.MinTokens, p.MaxTokens, c.BoundC, w.MinSamples, w.Smoothing, 100*w.Tolerance, c.Leavers, 100*c.Noise)
 	shapes := []struct {
 		name        string
 		skew, large float64
