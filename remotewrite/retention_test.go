@@ -97,7 +97,7 @@ remote_write:
 	if v := tm.metric(t, "prometheus_remote_storage_samples_dropped_total", "remote_name", "q", "reason", reasonUnknownSeries); v > 0 {
 		t.Fatalf("%v samples dropped for unknown series", v)
 	}
-		// The reader finishes the segment(s) it has open; the rest before first is lost.
+	// The reader finishes the segment(s) it has open; the rest before first is lost.
 	if v := tm.metric(t, "shoal_remotewrite_segments_skipped_total", "remote_name", "q"); v < 1 || v > float64(first) {
 		t.Fatalf("segments_skipped_total = %v, want 1..%d", v, first)
 	}
