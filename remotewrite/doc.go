@@ -89,7 +89,12 @@
 // saved before a repair and lying past the cut is moved back to the start of
 // the cut segment: the records before the damage are sent again (duplicates,
 // which receivers drop) and nothing new is skipped. Until a queue has opened
-// the WAL, PendingSegment reports 0, so no truncation can run ahead of it.
+// the WAL, PendingSegment reports 0, so no truncation can run ahead of it:
+// ApplyConfig publishes a new queue before starting it. A truncation pass
+// that asked before that may still delete segments while the queue reads
+// the series of the checkpoint and the segments before its position; the
+// reader notices (a file gone, a gap after the checkpoint it read) and reads
+// the newest checkpoint again, so no series is missed.
 //
 // # Retries and drops
 //

@@ -20,7 +20,7 @@ func TestSeriesTable(t *testing.T) {
 		st.set(r, seriesEntry{lbls: labels.FromStrings("i", string(rune('a'+i))), seg: i})
 	}
 	st.set(2, seriesEntry{lbls: labels.FromStrings("i", "b2"), seg: 1}) // overwrite is not a new entry
-	if st.len() != len(refs) || len(st.dense) > 6 {
+	if st.len() != len(refs) || len(st.pages) > 6 {
 		t.Fatalf("len = %d, want %d", st.len(), len(refs))
 	}
 	for i, r := range refs {
@@ -42,8 +42,8 @@ func TestSeriesTable(t *testing.T) {
 	if n := st.deleteIf(func(e seriesEntry) bool { return e.seg >= 3 }); n != 3 {
 		t.Fatalf("deleteIf removed %d, want 3", n)
 	}
-	if st.len() != 3 || len(st.dense) != 1 || len(st.far) != 0 {
-		t.Fatalf("after deleteIf: len %d, %d pages; want 3 entries on 1 page", st.len(), len(st.dense))
+	if st.len() != 3 || len(st.pages) > 1 {
+		t.Fatalf("after deleteIf: len %d, %d pages; want 3 entries, at most 1 page", st.len(), len(st.pages))
 	}
 	if _, ok := st.get(1 << 40); ok {
 		t.Error("deleted ref still found")
@@ -54,24 +54,22 @@ func TestSeriesTable(t *testing.T) {
 	}
 }
 
-// bytes is the memory the table's pages take (labels not counted).
+// bytes estimates the memory the table takes (labels not counted; a map
+// entry as twice its key and value).
 func (t *seriesTable) bytes() int {
-	n := (len(t.dense) + len(t.sparse)) * 8
-	for p := range t.dense {
-		if t.dense[p] != nil {
-			n += int(unsafe.Sizeof(seriesPage{}))
-		}
-		if sp := t.sparse[p]; sp != nil {
-			n += int(unsafe.Sizeof(*sp)) + cap(sp.entries)*int(unsafe.Sizeof(seriesEntry{}))
+	n := len(t.pages) * 8
+	for _, pg := range t.pages {
+		if pg != nil {
+			n += int(unsafe.Sizeof(*pg))
 		}
 	}
-	return n
+	return n + len(t.far)*2*int(unsafe.Sizeof(seriesEntry{})+8)
 }
 
-// TestSeriesTableCompacts churns refs with a few survivors per page: the
-// pages become sparse and the memory shrinks to about the survivors, every
-// lookup (present or not) answers as a map would, and a sparse page takes
-// overwrites and new refs.
+// TestSeriesTableCompacts churns refs with a few survivors per page: their
+// pages are freed and the memory shrinks to about the survivors, every
+// lookup (present or not) answers as a map would, and compacted refs take
+// overwrites, new neighbours and deletions.
 func TestSeriesTableCompacts(t *testing.T) {
 	const n = 20*seriesPageSize - 1 // refs 1..n fill pages 0-19
 	var st seriesTable
@@ -83,10 +81,9 @@ func TestSeriesTableCompacts(t *testing.T) {
 	}
 	full := st.bytes()
 	// Keep ~1% at random, and the whole last page (where new refs go).
-	keep := func(e seriesEntry) bool { return e.seg >= 19*seriesPageSize || rng.IntN(100) == 0 }
 	kept := map[int]bool{}
 	st.deleteIf(func(e seriesEntry) bool {
-		if keep(e) {
+		if e.seg >= 19*seriesPageSize || rng.IntN(100) == 0 {
 			kept[e.seg] = true
 			return false
 		}
@@ -111,21 +108,20 @@ func TestSeriesTableCompacts(t *testing.T) {
 		}
 	}
 	check("after churn")
-	sparse := 0
-	for p := range st.sparse {
-		if st.sparse[p] != nil {
-			sparse++
+	for p := range 19 {
+		if st.pages[p] != nil {
+			t.Fatalf("page %d with ~1%% survivors was kept", p)
 		}
 	}
-	if sparse != 19 || st.dense[19] == nil {
-		t.Fatalf("%d sparse pages, want 19 (all but the last)", sparse)
+	if st.pages[19] == nil {
+		t.Fatal("the highest page was compacted")
 	}
-	// What is left: one dense page (the last) and ~41 entries in each other.
-	if got := st.bytes(); got > int(unsafe.Sizeof(seriesPage{}))+19*(1024+60*int(unsafe.Sizeof(seriesEntry{}))) {
+	// What is left: the last page and ~41 entries for each other page.
+	if got := st.bytes(); got > int(unsafe.Sizeof(seriesPage{}))+19*60*100 {
 		t.Fatalf("table takes %d bytes after churn (%d before): pages were not reclaimed", got, full)
 	}
 
-	// Overwrite a present entry of a sparse page: it stays sparse.
+	// Overwrite a compacted entry.
 	var some chunks.HeadSeriesRef
 	for ref := range want {
 		if ref < 19*seriesPageSize {
@@ -135,23 +131,21 @@ func TestSeriesTableCompacts(t *testing.T) {
 	}
 	st.set(some, seriesEntry{seg: -1})
 	want[some] = -1
-	if st.sparse[uint64(some)>>seriesPageBits] == nil {
-		t.Fatal("overwrite made a sparse page dense")
-	}
 	check("after overwrite")
-	// A new ref in a sparse page (replay can do that) makes it dense.
+	// A new ref next to compacted ones (replay can do that) gets a page;
+	// its neighbours are still found.
 	fresh := some + 1
 	for want[fresh] != 0 {
 		fresh++
 	}
 	st.set(fresh, seriesEntry{seg: -2})
 	want[fresh] = -2
-	if st.dense[uint64(fresh)>>seriesPageBits] == nil {
-		t.Fatal("a new ref did not make its sparse page dense")
-	}
 	check("after insert")
+	st.set(some, seriesEntry{seg: -3})
+	want[some] = -3
+	check("after overwrite next to a new page")
 
-	// Deleting from sparse pages keeps them exact; deleting all drops them.
+	// Deleting keeps everything else exact; deleting all leaves nothing.
 	st.deleteIf(func(e seriesEntry) bool { return e.seg%2 == 0 })
 	for ref, seg := range want {
 		if seg%2 == 0 {
@@ -162,7 +156,7 @@ func TestSeriesTableCompacts(t *testing.T) {
 	st.deleteIf(func(seriesEntry) bool { return true })
 	want = map[chunks.HeadSeriesRef]int{}
 	check("after all")
-	if len(st.dense) != 0 || len(st.sparse) != 0 {
-		t.Fatalf("empty table keeps %d page slots", len(st.dense))
+	if len(st.pages) != 0 || len(st.far) != 0 {
+		t.Fatalf("empty table keeps %d page slots, %d far entries", len(st.pages), len(st.far))
 	}
 }

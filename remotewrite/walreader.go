@@ -153,6 +153,12 @@ func (r *walReader) openOnce(ctx context.Context, start position, found, last bo
 	if testHookOpen != nil {
 		testHookOpen("segments")
 	}
+	if start.Segment <= r.cpIndex {
+		// Starting inside segments the checkpoint covers (a limit is
+		// deleting them): their samples may refer to series the
+		// checkpoint dropped, defined in the segments before.
+		from = first
+	}
 	for s := from; s < start.Segment; s++ {
 		if err := ctx.Err(); err != nil {
 			return position{}, false, err

@@ -4,7 +4,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/storage"
 	"github.com/prometheus/prometheus/tsdb/chunks"
 )
 
@@ -275,5 +278,71 @@ func TestShrink(t *testing.T) {
 	got[-1] = 1
 	if _, ok := m[-1]; ok {
 		t.Fatal("shrink returned the old map")
+	}
+}
+
+// TestSeriesGCGivesMemoryBack churns 5 pages of series down to every 100th
+// through the Storage: the ref index keeps the survivors in sparse pages,
+// the map of forgotten refs is rebuilt once truncation is past them, and
+// survivors are still found by ref and by labels, take samples, and new
+// series still come.
+func TestSeriesGCGivesMemoryBack(t *testing.T) {
+	w := openTest(t, t.TempDir(), Options{}, nil)
+	series := makeSeries(5*refPageSize, "churn")
+	refs := appendFloats(t, w.Storage, series, w.clock.Ms(), 1)
+	var survivors []labels.Labels
+	var survivorRefs []storage.SeriesRef
+	for i := range series {
+		if i%100 == 0 {
+			survivors = append(survivors, series[i])
+			survivorRefs = append(survivorRefs, refs[i])
+		}
+	}
+	w.clock.Advance(w.opts.SeriesGCAge + time.Minute)
+	appendFloats(t, w.Storage, survivors, w.clock.Ms(), 2)
+	if err := w.Truncate(); err != nil { // forgets the rest
+		t.Fatal(err)
+	}
+	if got := w.ActiveSeries(); got != len(survivors) {
+		t.Fatalf("%d series after GC, want %d", got, len(survivors))
+	}
+	d := w.series.refs.dir.Load()
+	sparse := 0
+	for p := range d.sparse {
+		if d.sparse[p] != nil {
+			sparse++
+		}
+	}
+	if sparse < 4 {
+		t.Fatalf("%d sparse pages after GC kept 1%% of 5 pages, want at least 4", sparse)
+	}
+	for i, ls := range survivors {
+		ms := w.series.getByRef(chunks.HeadSeriesRef(survivorRefs[i]))
+		if ms == nil || !labels.Equal(ms.lset, ls) || w.series.getByLabels(ls.Hash(), ls) != ms {
+			t.Fatalf("survivor %s lost after compaction", ls)
+		}
+	}
+	// Survivors take samples by their cached ref; new series get new refs.
+	app := w.AppenderV2(t.Context())
+	w.clock.Advance(time.Minute)
+	for i, ls := range survivors {
+		ref, err := app.Append(survivorRefs[i], ls, 0, w.clock.Ms(), 3, nil, nil, storage.AOptions{})
+		if err != nil || ref != survivorRefs[i] {
+			t.Fatalf("append to survivor %s: ref %d (want %d), %v", ls, ref, survivorRefs[i], err)
+		}
+	}
+	if err := app.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	fresh := appendFloats(t, w.Storage, makeSeries(10, "fresh"), w.clock.Ms(), 1)
+	if w.series.getByRef(chunks.HeadSeriesRef(fresh[0])) == nil {
+		t.Fatal("a new series is not found by ref")
+	}
+
+	// The pass also deleted the segment that referred to the forgotten
+	// refs (no reader holds it), so the map that remembered them until
+	// then was rebuilt empty.
+	if len(w.deleted) != 0 || w.deletedPeak != 0 {
+		t.Fatalf("deleted holds %d refs (peak %d) after truncation passed them", len(w.deleted), w.deletedPeak)
 	}
 }
