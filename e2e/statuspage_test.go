@@ -384,6 +384,18 @@ func TestStatusPage(t *testing.T) {
 		if d.Data.Total != len(targets) {
 			t.Errorf("the answer lost targets: %d of %d", d.Data.Total, len(targets))
 		}
+		// The page names it at the top, with the reason, and still shows the others' load.
+		resp, err := httpClient.Get(n1 + "/cluster")
+		if err != nil {
+			t.Fatal(err)
+		}
+		page, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		for _, want := range []string{`class="alert unreachable-peer" data-peer="node-2"`, "Could not ask node-2", "connection refused", `data-peer="node-3" data-state="participant"`} {
+			if !strings.Contains(string(page), want) && !t.Failed() {
+				t.Errorf("/cluster with node-2 down lacks %q", want)
+			}
+		}
 		for _, ct := range d.Data.Targets {
 			owner2 := slices.Contains(ct.Owners, "node-2")
 			if owner2 && ct.Status != "unknown" || !owner2 && ct.Status == "unknown" {
