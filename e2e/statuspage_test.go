@@ -43,6 +43,7 @@ type spPeer struct {
 	RingShare        float64 `json:"ringShare"`
 	Series           int64   `json:"series"`
 	SamplesPerSecond float64 `json:"samplesPerSecond"`
+	ScrapedTargets   int     `json:"scrapedTargets"`
 	Error            string  `json:"error"`
 }
 
@@ -152,10 +153,25 @@ func TestStatusPage(t *testing.T) {
 			if err := apiGet(httpClient, n1, "/api/v1/cluster/peers", &p); err != nil {
 				return err
 			}
-			return checkLoad(p, 3)
+			if err := checkLoad(p, 3); err != nil {
+				return err
+			}
+			// Every scrape is counted once, on the node doing it, and its
+			// series (20 gauges and a counter per target) are in that node's WAL.
+			scraped := 0
+			for _, pr := range p.Data.Peers {
+				scraped += pr.ScrapedTargets
+				if pr.Series < int64(21*pr.ScrapedTargets) {
+					return fmt.Errorf("%s scrapes %d targets but has %d series", pr.Name, pr.ScrapedTargets, pr.Series)
+				}
+			}
+			if scraped != len(targets)+len(dups) {
+				return fmt.Errorf("%d scrapes, want %d targets + %d duplicates", scraped, len(targets), len(dups))
+			}
+			return nil
 		})
 		for _, pr := range p.Data.Peers {
-			t.Logf("%s: %d owned targets, %d series, %.1f samples/s", pr.Name, pr.OwnedTargets, pr.Series, pr.SamplesPerSecond)
+			t.Logf("%s: %d owned targets, %d scraped, %d series, %.1f samples/s", pr.Name, pr.OwnedTargets, pr.ScrapedTargets, pr.Series, pr.SamplesPerSecond)
 		}
 
 		// The forced duplicates, exactly those the ring predicts, first when unfiltered.
@@ -227,6 +243,33 @@ func TestStatusPage(t *testing.T) {
 		if len(ex.Data.Targets) != 1 || ex.Data.Targets[0].Status != "duplicate" || len(ex.Data.Targets[0].Owners) != 1 ||
 			ex.Data.Targets[0].Walk[0].Node != ex.Data.Targets[0].Owners[0].Node || len(ex.Data.Targets[0].ScrapedBy) != 2 {
 			t.Errorf("explain %s: %+v", dups[0], ex.Data)
+		}
+	})
+
+	t.Run("cli", func(t *testing.T) {
+		// The same answers from the terminal, through the real binary.
+		cli := func(args ...string) string {
+			t.Helper()
+			out, err := exec.Command(shoalBin, append([]string{"cluster", "--url", n1}, args...)...).CombinedOutput()
+			if err != nil {
+				t.Fatalf("shoal cluster %v: %v\n%s", args, err, out)
+			}
+			return string(out)
+		}
+		var d struct {
+			Targets []clusterTarget `json:"targets"`
+		}
+		if err := json.Unmarshal([]byte(cli("targets", "--status", "duplicate", "-o", "json")), &d); err != nil || len(d.Targets) != len(dups) {
+			t.Errorf("targets --status duplicate -o json: %v, %d targets, want %d", err, len(d.Targets), len(dups))
+		}
+		peers := cli("peers")
+		for _, want := range []string{"node-1 *", "node-2", "node-3", "participant", "SAMPLES/S"} {
+			if !strings.Contains(peers, want) {
+				t.Errorf("shoal cluster peers lacks %q:\n%s", want, peers)
+			}
+		}
+		if ex := cli("explain", "e2e/"+dups[0]); !strings.Contains(ex, "duplicate") || !strings.Contains(ex, "Tokens walked clockwise") {
+			t.Errorf("shoal cluster explain:\n%s", ex)
 		}
 	})
 
@@ -340,6 +383,18 @@ func TestStatusPage(t *testing.T) {
 		}
 		if d.Data.Total != len(targets) {
 			t.Errorf("the answer lost targets: %d of %d", d.Data.Total, len(targets))
+		}
+		// The page names it at the top, with the reason, and still shows the others' load.
+		resp, err := httpClient.Get(n1 + "/cluster")
+		if err != nil {
+			t.Fatal(err)
+		}
+		page, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		for _, want := range []string{`class="alert unreachable-peer" data-peer="node-2"`, "Could not ask node-2", "connection refused", `data-peer="node-3" data-state="participant"`} {
+			if !strings.Contains(string(page), want) && !t.Failed() {
+				t.Errorf("/cluster with node-2 down lacks %q", want)
+			}
 		}
 		for _, ct := range d.Data.Targets {
 			owner2 := slices.Contains(ct.Owners, "node-2")

@@ -40,7 +40,7 @@ func (h *Handler) nodeStatus() NodeStatus {
 		Ready:          ready,
 		NotReadyReason: why,
 		ScrapedTargets: len(h.activeTargets()),
-		load:           h.meter.read(time.Now()),
+		load:           h.meter.readCached(time.Now()),
 	}
 	if h.opts.Cluster != nil {
 		self := h.opts.Cluster.Self()

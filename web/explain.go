@@ -214,8 +214,12 @@ func explainKey(r *ring.Ring, ti shoalscrape.TargetInfo) Explanation {
 		}
 	}
 	first := ex.Walk[0]
-	ex.Reason = fmt.Sprintf("Key %s lies at %.4f%% of the ring, between token %s of %s and token %s of %s; walking clockwise, the first %d distinct participant(s): %s.",
-		ex.Key, ex.Position*100, ex.Previous.Token, ex.Previous.Node, first.Token, first.Node, want, strings.Join(walked, ", "))
+	found := "the first participant met is " + walked[0]
+	if want > 1 {
+		found = fmt.Sprintf("the first %d distinct participants met are %s", want, strings.Join(walked, ", "))
+	}
+	ex.Reason = fmt.Sprintf("Key %s lies at %.4f%% of the ring, between token %s of %s and token %s of %s; walking clockwise, %s.",
+		ex.Key, ex.Position*100, ex.Previous.Token, ex.Previous.Node, first.Token, first.Node, found)
 	switch {
 	case len(ti.Owners) == 0:
 		ex.Note = "No owner: " + ti.DropReason

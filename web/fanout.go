@@ -156,8 +156,9 @@ func (h *Handler) fanOut(ctx context.Context, what string, ask func(ctx context.
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := ask(ctx, p); err != nil {
-				h.logger.Warn("Could not ask a peer", "what", what, "peer", p.Name, "err", err)
+			err := ask(ctx, p)
+			h.notePeer(p.Name, what, err)
+			if err != nil {
 				mu.Lock()
 				errs = append(errs, PeerError{Name: p.Name, Error: err.Error()})
 				mu.Unlock()
@@ -167,6 +168,25 @@ func (h *Handler) fanOut(ctx context.Context, what string, ask func(ctx context.
 	wg.Wait()
 	sort.Slice(errs, func(i, j int) bool { return errs[i].Name < errs[j].Name })
 	return errs
+}
+
+// notePeer logs a peer's failure once, when it starts or changes, and its
+// recovery, rather than on every page view and API call.
+func (h *Handler) notePeer(name, what string, err error) {
+	h.heardMu.Lock()
+	prev := h.peerErr[name]
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+	}
+	h.peerErr[name] = msg
+	h.heardMu.Unlock()
+	switch {
+	case msg != "" && msg != prev:
+		h.logger.Warn("Could not ask a peer; the status page and cluster APIs show it as unreachable", "what", what, "peer", name, "err", err)
+	case msg == "" && prev != "":
+		h.logger.Info("A peer answers again", "peer", name)
+	}
 }
 
 func peerErrorNames(errs []PeerError) []string {

@@ -63,7 +63,27 @@ type loadMeter struct {
 	g   prometheus.Gatherer
 	mu  sync.Mutex
 	obs []observation
+
+	// The last reading is reused for up to readFresh: peers and pages that poll
+	// often cost one Gather a second at most.
+	lastMu   sync.Mutex
+	last     load
+	lastRead time.Time
 }
+
+// readCached returns a reading at most readFresh old.
+func (m *loadMeter) readCached(now time.Time) load {
+	m.lastMu.Lock()
+	defer m.lastMu.Unlock()
+	if !m.lastRead.IsZero() && now.Sub(m.lastRead) < readFresh && !now.Before(m.lastRead) {
+		return m.last
+	}
+	m.last, m.lastRead = m.read(now), now
+	return m.last
+}
+
+// readFresh bounds how old a reading served to a request may be.
+const readFresh = time.Second
 
 // read gathers the load figures now and records the counter for the rate.
 func (m *loadMeter) read(now time.Time) load {

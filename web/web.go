@@ -91,6 +91,7 @@ type Handler struct {
 
 	heardMu   sync.Mutex
 	lastHeard map[string]time.Time
+	peerErr   map[string]string // the last error of each peer, to log changes only
 }
 
 // New builds the handler.
@@ -107,7 +108,7 @@ func New(opts Options, logger *slog.Logger) *Handler {
 	if opts.Gatherer == nil {
 		opts.Gatherer = prometheus.DefaultGatherer
 	}
-	h := &Handler{opts: opts, logger: logger, mux: http.NewServeMux(), start: time.Now(), lastHeard: map[string]time.Time{}}
+	h := &Handler{opts: opts, logger: logger, mux: http.NewServeMux(), start: time.Now(), lastHeard: map[string]time.Time{}, peerErr: map[string]string{}}
 	h.meter = &loadMeter{g: opts.Gatherer}
 	h.client, h.scheme, h.initErr = peerClient(opts)
 	if h.initErr != nil {
