@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"math/big"
@@ -459,15 +460,23 @@ func saveScreenshot(t *testing.T, name string, png []byte) {
 	if len(png) < 8 || string(png[1:4]) != "PNG" {
 		t.Fatalf("screenshot is not a PNG (%d bytes)", len(png))
 	}
-	path := filepath.Join("..", "docs", "img", name)
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	// The README's picture is refreshed only on request, so that a test run
+	// (CI's included) leaves the work tree as it found it.
+	dir := t.TempDir()
+	if *updateScreenshots {
+		dir = filepath.Join("..", "docs", "img")
+	}
+	path := filepath.Join(dir, name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(path, png, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("screenshot saved to docs/img/%s", name)
+	t.Logf("screenshot saved to %s", path)
 }
+
+var updateScreenshots = flag.Bool("update-screenshots", false, "write the status page screenshots to docs/img for the README")
 
 // TestStatusPageTLSBasicAuth runs three nodes that serve only TLS with
 // basic auth (exporter-toolkit web config) and ask each other with a client
