@@ -157,6 +157,7 @@ func run(ctx context.Context, f *flags) error {
 	walOpts := wal.DefaultOptions()
 	walOpts.SegmentSize = int(f.walSegmentSize)
 	walOpts.MaxAge = f.walMaxAge
+	walOpts.TruncateInterval = f.walTruncateEvery
 	walOpts.OnCommit = a.remote.Notify
 	walOpts.PendingSegment = a.remote.PendingSegment
 	a.wal, err = wal.Open(filepath.Join(f.storagePath, "wal"), walOpts, logger.With("component", "wal"), reg)
