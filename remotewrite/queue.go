@@ -132,6 +132,11 @@ type queue struct {
 	unsettled     bool         // a round was cut short: the journal holds its requests
 	failRun       atomic.Int64 // failed attempts since the last success
 
+	// metadata_config: the periodic re-send (metadata.go).
+	metaCache      metadataCache
+	metaInterval   time.Duration
+	metaMaxPerSend int
+
 	notify   chan struct{}
 	drain    chan struct{} // closed by stop: send what is there and exit
 	stopOnce sync.Once
@@ -167,6 +172,14 @@ func newQueue(sp *spec, walDir, progressDir string, client remote.WriteClient, m
 		notify:       make(chan struct{}, 1),
 		drain:        make(chan struct{}),
 		done:         make(chan struct{}),
+	}
+	q.metaInterval = time.Duration(sp.rw.MetadataConfig.SendInterval)
+	if q.metaInterval <= 0 {
+		q.metaInterval = defaultMetadataInterval
+	}
+	q.metaMaxPerSend = sp.rw.MetadataConfig.MaxSamplesPerSend
+	if q.metaMaxPerSend <= 0 {
+		q.metaMaxPerSend = defaultMetadataMaxPerSend
 	}
 	q.reader = newWALReader(walDir, q.logger)
 	q.reader.replayFn = func(rec []byte, seg int) { q.handleRecord(rec, seg, false, nil) }
@@ -296,6 +309,16 @@ func (q *queue) run(ctx context.Context) {
 		if !wait(nil) || draining {
 			return
 		}
+	}
+
+	if q.s.sendMetadata {
+		mctx, mcancel := context.WithCancel(ctx)
+		mdone := make(chan struct{})
+		go func() {
+			defer close(mdone)
+			q.metadataLoop(mctx)
+		}()
+		defer func() { mcancel(); <-mdone }()
 	}
 
 	shards := q.s.minShards
@@ -657,7 +680,7 @@ func (q *queue) handleRecord(rec []byte, seg int, sendable bool, c *chunk) {
 		clear(q.bufEx)
 
 	case record.Metadata:
-		if !sendable || !q.s.sendMetadata {
+		if !q.s.sendMetadata {
 			return
 		}
 		q.bufMeta, err = q.dec.Metadata(rec, q.bufMeta[:0])
@@ -670,7 +693,11 @@ func (q *queue) handleRecord(rec []byte, seg int, sendable bool, c *chunk) {
 			if !ok || e.dropped {
 				continue
 			}
-			c.addMetadata(metricFamilyMetadata(e.lbls, md))
+			mm := metricFamilyMetadata(e.lbls, md)
+			q.metaCache.set(mm)
+			if sendable {
+				c.addMetadata(mm)
+			}
 		}
 
 	case record.Unknown:
