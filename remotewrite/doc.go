@@ -171,8 +171,8 @@
 //   - Metadata comes from WAL metadata records (sent with the round in which
 //     it is read, named by metric family, and all of it again every
 //     metadata_config.send_interval) rather than from the scrape cache.
-//   - Only Remote-Write 1.0 (prometheus.WriteRequest); protobuf_message
-//     io.prometheus.write.v2.Request is rejected by ApplyConfig.
+//   - Remote-Write 1.0 (prometheus.WriteRequest, the default) and 2.0
+//     (protobuf_message: io.prometheus.write.v2.Request; see v2.go).
 //     sample_age_limit is not applied: old data is sent, not dropped.
 //     Native histograms with custom buckets are sent as they are (with
 //     custom_values); convert_nhcb_to_classic is not supported.

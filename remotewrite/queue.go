@@ -37,6 +37,7 @@ type settings struct {
 	deadline, minBackoff, maxBackoff           time.Duration
 
 	sendExemplars, sendHistograms, sendMetadata bool
+	v2                                          bool // Remote-Write 2.0
 
 	externalLabels labels.Labels
 	relabel        []*relabel.Config
@@ -66,6 +67,8 @@ type item struct {
 	// group is non-zero for an item that was in flight when the queue last
 	// stopped without settling it: the id of that request (see journal.go).
 	group uint64
+	// meta is the series' metadata, for Remote-Write 2.0 requests.
+	meta *seriesMeta
 }
 
 // chunk is what the queue read from the WAL and has not sent yet.
@@ -136,6 +139,7 @@ type queue struct {
 	metaCache      metadataCache
 	metaInterval   time.Duration
 	metaMaxPerSend int
+	seriesMeta     map[chunks.HeadSeriesRef]*seriesMeta // Remote-Write 2.0 only
 
 	notify   chan struct{}
 	drain    chan struct{} // closed by stop: send what is there and exit
@@ -311,7 +315,7 @@ func (q *queue) run(ctx context.Context) {
 		}
 	}
 
-	if q.s.sendMetadata {
+	if q.s.sendMetadata && !q.s.v2 {
 		mctx, mcancel := context.WithCancel(ctx)
 		mdone := make(chan struct{})
 		go func() {
@@ -518,6 +522,9 @@ func (q *queue) addItem(c *chunk, it item) bool {
 		}
 		it.group = group
 	}
+	if q.seriesMeta != nil {
+		it.meta = q.seriesMeta[it.ref]
+	}
 	c.add(it)
 	return true
 }
@@ -557,6 +564,11 @@ func (q *queue) storeSeries(series []record.RefSeries, seg int) {
 // checkpoint cpIndex and not carried into it.
 func (q *queue) gcSeries(cpIndex int) {
 	n := q.series.deleteIf(func(e seriesEntry) bool { return e.seg < cpIndex })
+	for ref := range q.seriesMeta {
+		if _, ok := q.series.get(ref); !ok {
+			delete(q.seriesMeta, ref)
+		}
+	}
 	q.m.seriesCached.Set(float64(q.series.len()))
 	if n > 0 {
 		q.logger.Debug("Forgot series gone from the WAL", "checkpoint", cpIndex, "series", n, "remaining", q.series.len())
@@ -691,6 +703,13 @@ func (q *queue) handleRecord(rec []byte, seg int, sendable bool, c *chunk) {
 		for _, md := range q.bufMeta {
 			e, ok := q.series.get(md.Ref)
 			if !ok || e.dropped {
+				continue
+			}
+			if q.s.v2 {
+				if q.seriesMeta == nil {
+					q.seriesMeta = map[chunks.HeadSeriesRef]*seriesMeta{}
+				}
+				q.seriesMeta[md.Ref] = newSeriesMeta(md)
 				continue
 			}
 			mm := metricFamilyMetadata(e.lbls, md)
