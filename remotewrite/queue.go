@@ -352,7 +352,7 @@ func (q *queue) run(ctx context.Context) {
 				return
 			}
 			q.acked = c.end
-			q.endRecovery()
+			q.endRecovery(!full && rerr == nil)
 			c.reset()
 			q.m.samplesPending.Set(0)
 			q.m.histogramsPending.Set(0)
@@ -364,7 +364,7 @@ func (q *queue) run(ctx context.Context) {
 		if c.n() == 0 {
 			// Everything read so far is done (series records, dropped data).
 			q.acked = c.end
-			q.endRecovery()
+			q.endRecovery(false)
 		}
 		if draining && c.n() == 0 {
 			return
@@ -502,9 +502,11 @@ func (q *queue) openJournal(start position) {
 	}
 }
 
-// endRecovery drops the journal's start-up view once the queue is past it.
-func (q *queue) endRecovery() {
-	if q.rec != nil && !q.acked.less(q.rec.end) {
+// endRecovery drops the journal's start-up view once the queue is past it,
+// or has sent everything up to the end of the WAL (which a repair may have
+// cut before the journal's end).
+func (q *queue) endRecovery(atWALEnd bool) {
+	if q.rec != nil && (atWALEnd || !q.acked.less(q.rec.end)) {
 		q.rec = nil
 	}
 }
