@@ -98,6 +98,8 @@ type journal struct {
 	mtx    sync.Mutex
 	f      *os.File
 	buf    []byte
+	rec    []byte
+	maxT   map[wmKey]int64 // scratch for intent, reused
 	nextID uint64
 }
 
@@ -271,7 +273,11 @@ func (j *journal) intent(items []item, end position) (uint64, error) {
 	}
 	j.nextID++
 	id := j.nextID
-	maxT := make(map[wmKey]int64, len(items))
+	if j.maxT == nil {
+		j.maxT = map[wmKey]int64{}
+	}
+	maxT := j.maxT
+	clear(maxT)
 	for _, it := range items {
 		k := wmKey{it.ref, it.kind == kindExemplar}
 		if t, ok := maxT[k]; !ok || it.t > t {
@@ -312,10 +318,11 @@ func (j *journal) done(id uint64) error {
 // appendLocked writes one framed record with a single write call, so that a
 // crash leaves it whole or torn at the tail, never interleaved.
 func (j *journal) appendLocked(p []byte) error {
-	rec := make([]byte, 8, 8+len(p))
+	rec := append(j.rec[:0], 0, 0, 0, 0, 0, 0, 0, 0)
 	binary.LittleEndian.PutUint32(rec, uint32(len(p)))
 	binary.LittleEndian.PutUint32(rec[4:], crc32.Checksum(p, castagnoli))
 	rec = append(rec, p...)
+	j.rec = rec
 	_, err := j.f.Write(rec)
 	return err
 }

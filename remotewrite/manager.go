@@ -113,8 +113,8 @@ func newSpec(rw *config.RemoteWriteConfig, external labels.Labels) (*spec, error
 	if rw.URL == nil || rw.URL.URL == nil {
 		return nil, errors.New("url is missing")
 	}
-	if rw.ProtobufMessage != "" && rw.ProtobufMessage != remoteapi.WriteV1MessageType {
-		return nil, fmt.Errorf("protobuf_message %q is not supported, only %q", rw.ProtobufMessage, remoteapi.WriteV1MessageType)
+	if m := rw.ProtobufMessage; m != "" && m != remoteapi.WriteV1MessageType && m != remoteapi.WriteV2MessageType {
+		return nil, fmt.Errorf("protobuf_message %q is not supported, only %q or %q", m, remoteapi.WriteV1MessageType, remoteapi.WriteV2MessageType)
 	}
 	qc := rw.QueueConfig
 	s := settings{
@@ -128,6 +128,7 @@ func newSpec(rw *config.RemoteWriteConfig, external labels.Labels) (*spec, error
 		sendExemplars:  rw.SendExemplars,
 		sendHistograms: rw.SendNativeHistograms,
 		sendMetadata:   rw.MetadataConfig.Send,
+		v2:             rw.ProtobufMessage == remoteapi.WriteV2MessageType,
 		externalLabels: external,
 		relabel:        rw.WriteRelabelConfigs,
 	}
@@ -178,7 +179,7 @@ func newClient(sp *spec) (remote.WriteClient, error) {
 		// that is safely in the WAL, which shoal promises never to do.
 		// (Prometheus' retry_on_http_429 defaults to false and is ignored.)
 		RetryOnRateLimit: true,
-		WriteProtoMsg:    remoteapi.WriteV1MessageType,
+		WriteProtoMsg:    protoMsg(rw.ProtobufMessage),
 		RoundRobinDNS:    rw.RoundRobinDNS,
 	})
 	if err != nil {
@@ -188,6 +189,14 @@ func newClient(sp *spec) (remote.WriteClient, error) {
 		hc.Client.Transport = responseInfoTransport{next: hc.Client.Transport}
 	}
 	return c, nil
+}
+
+// protoMsg is the configured Remote-Write message, 1.0 when unset.
+func protoMsg(m remoteapi.WriteMessageType) remoteapi.WriteMessageType {
+	if m == "" {
+		return remoteapi.WriteV1MessageType
+	}
+	return m
 }
 
 // ApplyConfig makes the running queues match cfg.RemoteWriteConfigs. Queues

@@ -37,6 +37,7 @@ type settings struct {
 	deadline, minBackoff, maxBackoff           time.Duration
 
 	sendExemplars, sendHistograms, sendMetadata bool
+	v2                                          bool // Remote-Write 2.0
 
 	externalLabels labels.Labels
 	relabel        []*relabel.Config
@@ -66,6 +67,8 @@ type item struct {
 	// group is non-zero for an item that was in flight when the queue last
 	// stopped without settling it: the id of that request (see journal.go).
 	group uint64
+	// meta is the series' metadata, for Remote-Write 2.0 requests.
+	meta *seriesMeta
 }
 
 // chunk is what the queue read from the WAL and has not sent yet.
@@ -132,6 +135,12 @@ type queue struct {
 	unsettled     bool         // a round was cut short: the journal holds its requests
 	failRun       atomic.Int64 // failed attempts since the last success
 
+	// metadata_config: the periodic re-send (metadata.go).
+	metaCache      metadataCache
+	metaInterval   time.Duration
+	metaMaxPerSend int
+	seriesMeta     map[chunks.HeadSeriesRef]*seriesMeta // Remote-Write 2.0 only
+
 	notify   chan struct{}
 	drain    chan struct{} // closed by stop: send what is there and exit
 	stopOnce sync.Once
@@ -172,6 +181,14 @@ func newQueue(sp *spec, walDir, progressDir string, client remote.WriteClient, m
 		notify:       make(chan struct{}, 1),
 		drain:        make(chan struct{}),
 		done:         make(chan struct{}),
+	}
+	q.metaInterval = time.Duration(sp.rw.MetadataConfig.SendInterval)
+	if q.metaInterval <= 0 {
+		q.metaInterval = defaultMetadataInterval
+	}
+	q.metaMaxPerSend = sp.rw.MetadataConfig.MaxSamplesPerSend
+	if q.metaMaxPerSend <= 0 {
+		q.metaMaxPerSend = defaultMetadataMaxPerSend
 	}
 	q.reader = newWALReader(walDir, q.logger)
 	q.reader.replayFn = func(rec []byte, seg int) { q.handleRecord(rec, seg, false, nil) }
@@ -304,6 +321,16 @@ func (q *queue) run(ctx context.Context) {
 		}
 	}
 
+	if q.s.sendMetadata && !q.s.v2 {
+		mctx, mcancel := context.WithCancel(ctx)
+		mdone := make(chan struct{})
+		go func() {
+			defer close(mdone)
+			q.metadataLoop(mctx)
+		}()
+		defer func() { mcancel(); <-mdone }()
+	}
+
 	shards := q.s.minShards
 	c := &chunk{}
 	var lastErr string
@@ -331,7 +358,7 @@ func (q *queue) run(ctx context.Context) {
 				return
 			}
 			q.acked = c.end
-			q.endRecovery()
+			q.endRecovery(!full && rerr == nil)
 			q.publishAcked()
 			c.reset()
 			q.m.samplesPending.Set(0)
@@ -344,7 +371,7 @@ func (q *queue) run(ctx context.Context) {
 		if c.n() == 0 {
 			// Everything read so far is done (series records, dropped data).
 			q.acked = c.end
-			q.endRecovery()
+			q.endRecovery(false)
 			q.publishAcked()
 		}
 		if draining && c.n() == 0 {
@@ -483,9 +510,11 @@ func (q *queue) openJournal(start position) {
 	}
 }
 
-// endRecovery drops the journal's start-up view once the queue is past it.
-func (q *queue) endRecovery() {
-	if q.rec != nil && !q.acked.less(q.rec.end) {
+// endRecovery drops the journal's start-up view once the queue is past it,
+// or has sent everything up to the end of the WAL (which a repair may have
+// cut before the journal's end).
+func (q *queue) endRecovery(atWALEnd bool) {
+	if q.rec != nil && (atWALEnd || !q.acked.less(q.rec.end)) {
 		q.rec = nil
 	}
 }
@@ -502,6 +531,9 @@ func (q *queue) addItem(c *chunk, it item) bool {
 			return false
 		}
 		it.group = group
+	}
+	if q.seriesMeta != nil {
+		it.meta = q.seriesMeta[it.ref]
 	}
 	c.add(it)
 	return true
@@ -542,6 +574,11 @@ func (q *queue) storeSeries(series []record.RefSeries, seg int) {
 // checkpoint cpIndex and not carried into it.
 func (q *queue) gcSeries(cpIndex int) {
 	n := q.series.deleteIf(func(e seriesEntry) bool { return e.seg < cpIndex })
+	for ref := range q.seriesMeta {
+		if _, ok := q.series.get(ref); !ok {
+			delete(q.seriesMeta, ref)
+		}
+	}
 	q.m.seriesCached.Set(float64(q.series.len()))
 	if n > 0 {
 		q.logger.Debug("Forgot series gone from the WAL", "checkpoint", cpIndex, "series", n, "remaining", q.series.len())
@@ -665,7 +702,7 @@ func (q *queue) handleRecord(rec []byte, seg int, sendable bool, c *chunk) {
 		clear(q.bufEx)
 
 	case record.Metadata:
-		if !sendable || !q.s.sendMetadata {
+		if !q.s.sendMetadata {
 			return
 		}
 		q.bufMeta, err = q.dec.Metadata(rec, q.bufMeta[:0])
@@ -678,7 +715,18 @@ func (q *queue) handleRecord(rec []byte, seg int, sendable bool, c *chunk) {
 			if !ok || e.dropped {
 				continue
 			}
-			c.addMetadata(metricFamilyMetadata(e.lbls, md))
+			if q.s.v2 {
+				if q.seriesMeta == nil {
+					q.seriesMeta = map[chunks.HeadSeriesRef]*seriesMeta{}
+				}
+				q.seriesMeta[md.Ref] = newSeriesMeta(md)
+				continue
+			}
+			mm := metricFamilyMetadata(e.lbls, md)
+			q.metaCache.set(mm)
+			if sendable {
+				c.addMetadata(mm)
+			}
 		}
 
 	case record.Unknown:

@@ -120,8 +120,10 @@ func TestRestartNeverResendsAcknowledged(t *testing.T) {
 			if v := tm.metric(t, "prometheus_remote_storage_samples_failed_total", "remote_name", "q"); v != 0 {
 				t.Fatalf("samples_failed_total = %v after the restart, want 0", v)
 			}
-			if v := tm.metric(t, "shoal_remotewrite_resent_samples_total", "outcome", resendSkipped); v != float64((hangAt-1)*len(refs)) {
-				t.Fatalf("acknowledged samples skipped = %v, want %d (rounds 1..%d)", v, (hangAt-1)*len(refs), hangAt-1)
+			// The one position saved is after round 0, or before it when the
+			// queue read the series records alone first.
+			if v := tm.metric(t, "shoal_remotewrite_resent_samples_total", "outcome", resendSkipped); v != float64((hangAt-1)*len(refs)) && v != float64(hangAt*len(refs)) {
+				t.Fatalf("acknowledged samples skipped = %v, want %d or %d (rounds 1..%d, or 0..%[4]d)", v, (hangAt-1)*len(refs), hangAt*len(refs), hangAt-1)
 			}
 			st := rcv.Stats()
 			if !applied && st.Rejected() != 0 {

@@ -26,6 +26,7 @@ type shardBuffers struct {
 	index map[chunks.HeadSeriesRef]int
 	proto []byte
 	comp  compression.EncodeBuffer
+	v2    *v2Buffers // Remote-Write 2.0, created on first use
 }
 
 func newShardBuffers() *shardBuffers {
@@ -244,8 +245,18 @@ func classifyFailure(status int) (failureAction, string) {
 // a refusal then means the receiver has it, and is counted as such rather
 // than as failed.
 func (q *queue) send(ctx context.Context, b *shardBuffers, items []item, md []prompb.MetricMetadata, end position, resend bool) (ok, retried bool) {
-	cnt := b.build(items, md)
-	raw, err := b.encode()
+	var (
+		cnt counts
+		raw []byte
+		err error
+	)
+	if q.s.v2 {
+		cnt = b.buildV2(items)
+		raw, err = b.encodeV2()
+	} else {
+		cnt = b.build(items, md)
+		raw, err = b.encode()
+	}
 	if err != nil {
 		q.drop(cnt, dropEncode)
 		q.logger.Error("Cannot encode remote-write request; dropping it", "err", err)
@@ -273,10 +284,15 @@ func (q *queue) send(ctx context.Context, b *shardBuffers, items []item, md []pr
 
 		info := &responseInfo{}
 		begin := time.Now()
-		_, err := q.client.Store(context.WithValue(ctx, responseInfoKey{}, info), raw, attempt)
+		rs, err := q.client.Store(context.WithValue(ctx, responseInfoKey{}, info), raw, attempt)
 		q.m.sentBatchDuration.Observe(time.Since(begin).Seconds())
 		if err == nil {
 			settle()
+			if nw := notWritten(cnt, rs); q.s.v2 && nw.samples+nw.histograms+nw.exemplars > 0 {
+				q.drop(nw, dropNotWritten)
+				q.logger.Warn("Remote write acknowledged a request but did not write all of it",
+					"samples_not_written", nw.samples, "histograms_not_written", nw.histograms, "exemplars_not_written", nw.exemplars)
+			}
 			if cnt.samples+cnt.histograms > 0 {
 				q.m.highestSent.set(float64(cnt.maxT) / 1000)
 			}
@@ -313,6 +329,9 @@ func (q *queue) send(ctx context.Context, b *shardBuffers, items []item, md []pr
 				q.logger.Warn("Remote write refused a re-sent request that may have been applied before the last stop; treating it as delivered",
 					"status", info.status, "error", first, "samples", cnt.samples, "histograms", cnt.histograms)
 				return true, retried
+			}
+			if q.s.v2 && rs.Confirmed {
+				cnt = notWritten(cnt, rs) // a 2.0 receiver wrote the rest
 			}
 			q.drop(cnt, reason)
 			q.logger.Error("Remote write refused a batch as bad data; dropping it",

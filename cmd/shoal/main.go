@@ -36,6 +36,7 @@ type flags struct {
 	walMaxAge          time.Duration
 	walMaxSize         units.Base2Bytes
 	walSegmentSize     units.Base2Bytes
+	walTruncateEvery   time.Duration
 	remoteFlushTimeout time.Duration
 
 	clusterEnabled         bool
@@ -88,6 +89,9 @@ func parseFlags(args []string) (*flags, error) {
 		BytesVar(&f.walMaxSize)
 	app.Flag("storage.wal.segment-size", "Size of a WAL segment; segments are the unit of truncation.").
 		Default("128MB").BytesVar(&f.walSegmentSize)
+	// Hidden: tests shorten it so that checkpoints and truncations happen often.
+	app.Flag("storage.wal.truncate-interval", "How often the WAL is checkpointed and truncated.").
+		Hidden().Default("1m").DurationVar(&f.walTruncateEvery)
 	app.Flag("storage.remote.flush-deadline", "How long to keep sending buffered samples on shutdown.").
 		Default("1m").DurationVar(&f.remoteFlushTimeout)
 

@@ -167,6 +167,7 @@ func run(ctx context.Context, f *flags) error {
 	walOpts.SegmentSize = int(f.walSegmentSize)
 	walOpts.MaxAge = f.walMaxAge
 	walOpts.MaxSize = int64(f.walMaxSize)
+	walOpts.TruncateInterval = f.walTruncateEvery
 	walOpts.OnCommit = a.remote.Notify
 	walOpts.PendingSegment = a.remote.PendingSegment
 	walOpts.OnReplay = func(k, n int) { s := fmt.Sprintf("segment %d of %d", k, n); a.replaying.Store(&s) }
