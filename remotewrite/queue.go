@@ -191,6 +191,7 @@ func newQueue(sp *spec, walDir, progressDir string, client remote.WriteClient, m
 		q.logger.Warn("Unreadable WAL repair record; assuming no repair", "err", err)
 	}
 	q.walRepairs = repairs.Generation
+	q.journal.lastRepair = repairs
 	if found && pf.WALRepairs < repairs.Generation {
 		// The WAL was repaired after this position was saved: past the cut,
 		// segment numbers may hold new records. A position past the cut goes
