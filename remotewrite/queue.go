@@ -231,7 +231,14 @@ func (q *queue) start(parent context.Context) {
 	ctx, cancel := context.WithCancel(parent)
 	q.cancel = cancel
 	go q.run(ctx)
+	if h := testHookStarted.Load(); h != nil {
+		(*h)()
+	}
 }
+
+// testHookStarted, if set (tests only), is called by start once the queue's
+// goroutine is started: a truncation pass run there must already see it.
+var testHookStarted atomic.Pointer[func()]
 
 // stop makes the queue send what it has (reading the WAL to its current end)
 // for at most flushDeadline, persist its progress and exit.
