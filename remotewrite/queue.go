@@ -470,10 +470,12 @@ func (q *queue) persist() {
 }
 
 // openJournal loads what the journal says about the data after start (when
-// start is the saved position) and opens it for appending.
+// start is the saved position, or there is none) and opens it for appending.
 func (q *queue) openJournal(start position) {
 	keep := false
-	if q.savedFound && start == q.saved {
+	// Without a saved position the last run's journal started where this
+	// one does (the oldest data), unless the WAL moved on: the header says.
+	if !q.savedFound || start == q.saved {
 		rec, err := q.journal.load(start, q.walRepairs)
 		if err != nil {
 			q.logger.Warn("Unreadable acknowledgement journal; requests in flight at the last stop may be sent twice", "err", err)
