@@ -469,14 +469,19 @@ func (q *queue) persist() {
 	q.m.progressOffset.Set(float64(pos.Offset))
 }
 
-// openJournal loads what the journal says about the data after start (when
-// start is the saved position, or there is none) and opens it for appending.
+// openJournal loads what the journal says about the data after start and
+// opens it for appending. The journal starts where the progress file points
+// (or, without one, where the last run started too); when a WAL limit
+// deleted data after that position, what it says about the data from start
+// on is still true.
 func (q *queue) openJournal(start position) {
 	keep := false
-	// Without a saved position the last run's journal started where this
-	// one does (the oldest data), unless the WAL moved on: the header says.
-	if !q.savedFound || start == q.saved {
-		rec, err := q.journal.load(start, q.walRepairs)
+	base := start
+	if q.savedFound {
+		base = q.saved
+	}
+	if !start.less(base) {
+		rec, err := q.journal.load(base, q.walRepairs)
 		if err != nil {
 			q.logger.Warn("Unreadable acknowledgement journal; requests in flight at the last stop may be sent twice", "err", err)
 			q.m.pwErrs.Inc()
@@ -488,7 +493,7 @@ func (q *queue) openJournal(start position) {
 		}
 	}
 	// Ids only need to differ from the ones of earlier runs kept in the file.
-	if err := q.journal.open(start, q.walRepairs, keep, uint64(time.Now().UnixNano())); err != nil {
+	if err := q.journal.open(base, q.walRepairs, keep, uint64(time.Now().UnixNano())); err != nil {
 		q.journalErr(err)
 	}
 }
