@@ -12,6 +12,9 @@ import (
 	"sync"
 
 	"github.com/prometheus/prometheus/tsdb/chunks"
+
+	"github.com/shoal-dev/shoal/internal/atomicfile"
+	"github.com/shoal-dev/shoal/wal"
 )
 
 // The acknowledgement journal makes a restart exact. The progress file is
@@ -94,6 +97,14 @@ func (r *recovery) classify(ref chunks.HeadSeriesRef, ex bool, t int64) (skip bo
 // journal is one queue's acknowledgement journal. Shards append concurrently.
 type journal struct {
 	path string
+	// lastRepair is the WAL's last repair: a journal written in the
+	// generation before it is still exact if everything it covers lies
+	// before the cut (a torn tail: the queue never read past it).
+	lastRepair wal.Repairs
+	// carry is the whole records after the header that load found, written
+	// again by open when it keeps them: without a torn tail, and under the
+	// current repair generation.
+	carry []byte
 
 	mtx    sync.Mutex
 	f      *os.File
@@ -124,7 +135,12 @@ func (j *journal) load(base position, repairs int) (*recovery, error) {
 		order   []uint64
 		done    = map[uint64]bool{}
 		first   = true
+		stale   bool // written in the repair generation before the last
+		all     = b
+		hdrEnd  int
+		valid   int // length of the whole records read
 	)
+	j.carry = nil
 	for len(b) >= 8 {
 		n := binary.LittleEndian.Uint32(b)
 		sum := binary.LittleEndian.Uint32(b[4:])
@@ -144,9 +160,16 @@ func (j *journal) load(base position, repairs int) (*recovery, error) {
 			if d.err != nil || v != journalVersion {
 				return nil, fmt.Errorf("journal %s: bad header", j.path)
 			}
-			if (position{Segment: int(seg), Offset: int64(off)}) != base || int(rep) != repairs {
+			if (position{Segment: int(seg), Offset: int64(off)}) != base {
 				return nil, nil // written for another position: obsolete
 			}
+			if int(rep) != repairs {
+				if int(rep)+1 != repairs || j.lastRepair.Generation != repairs {
+					return nil, nil
+				}
+				stale = true
+			}
+			hdrEnd = len(all) - len(b)
 		case first:
 			return nil, fmt.Errorf("journal %s: no header", j.path)
 		case typ == recIntent:
@@ -175,9 +198,17 @@ func (j *journal) load(base position, repairs int) (*recovery, error) {
 			}
 			done[id] = true
 		}
+		valid = len(all) - len(b)
 	}
 	if first {
 		return nil, nil
+	}
+	if stale {
+		for _, in := range intents {
+			if _, _, past := j.lastRepair.Cut(in.end.Segment, in.end.Offset); past {
+				return nil, nil // covers data the repair may have replaced
+			}
+		}
 	}
 	r := &recovery{acked: map[wmKey]int64{}, pending: map[wmKey]pendingReq{}, end: base}
 	for _, id := range order {
@@ -200,6 +231,7 @@ func (j *journal) load(base position, repairs int) (*recovery, error) {
 	if len(r.acked) == 0 && len(r.pending) == 0 {
 		return nil, nil
 	}
+	j.carry = append([]byte(nil), all[hdrEnd:valid]...)
 	return r, nil
 }
 
@@ -219,20 +251,28 @@ func (j *journal) open(base position, repairs int, keep bool, idBase uint64) err
 	if err := os.MkdirAll(filepath.Dir(j.path), 0o755); err != nil {
 		return err
 	}
-	flags := os.O_CREATE | os.O_WRONLY
 	if keep {
-		flags |= os.O_APPEND
-	} else {
-		flags |= os.O_TRUNC
+		// Rewrite what load kept under a current header, dropping a torn
+		// tail: records appended after one would never be read again.
+		p := j.headerPayload(base, repairs)
+		rec := appendFrame(nil, p)
+		rec = append(rec, j.carry...)
+		j.carry = nil
+		if err := atomicfile.Write(j.path, rec); err != nil {
+			return err
+		}
+		f, err := os.OpenFile(j.path, os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return err
+		}
+		j.f = f
+		return nil
 	}
-	f, err := os.OpenFile(j.path, flags, 0o644)
+	f, err := os.OpenFile(j.path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
 	if err != nil {
 		return err
 	}
 	j.f = f
-	if keep {
-		return nil
-	}
 	return j.headerLocked(base, repairs)
 }
 
@@ -254,13 +294,17 @@ func (j *journal) reset(base position, repairs int) error {
 }
 
 func (j *journal) headerLocked(base position, repairs int) error {
+	return j.appendLocked(j.headerPayload(base, repairs))
+}
+
+func (j *journal) headerPayload(base position, repairs int) []byte {
 	p := append(j.buf[:0], recHeader)
 	p = binary.AppendUvarint(p, journalVersion)
 	p = binary.AppendUvarint(p, uint64(base.Segment))
 	p = binary.AppendUvarint(p, uint64(base.Offset))
 	p = binary.AppendUvarint(p, uint64(repairs))
 	j.buf = p
-	return j.appendLocked(p)
+	return p
 }
 
 // intent records that a request carrying items is about to be sent, as part
@@ -318,13 +362,18 @@ func (j *journal) done(id uint64) error {
 // appendLocked writes one framed record with a single write call, so that a
 // crash leaves it whole or torn at the tail, never interleaved.
 func (j *journal) appendLocked(p []byte) error {
-	rec := append(j.rec[:0], 0, 0, 0, 0, 0, 0, 0, 0)
-	binary.LittleEndian.PutUint32(rec, uint32(len(p)))
-	binary.LittleEndian.PutUint32(rec[4:], crc32.Checksum(p, castagnoli))
-	rec = append(rec, p...)
-	j.rec = rec
-	_, err := j.f.Write(rec)
+	j.rec = appendFrame(j.rec[:0], p)
+	_, err := j.f.Write(j.rec)
 	return err
+}
+
+// appendFrame appends payload p, framed as a journal record, to dst.
+func appendFrame(dst, p []byte) []byte {
+	dst = append(dst, 0, 0, 0, 0, 0, 0, 0, 0)
+	n := len(dst)
+	binary.LittleEndian.PutUint32(dst[n-8:], uint32(len(p)))
+	binary.LittleEndian.PutUint32(dst[n-4:], crc32.Checksum(p, castagnoli))
+	return append(dst, p...)
 }
 
 func (j *journal) close() {

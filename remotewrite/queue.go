@@ -208,6 +208,7 @@ func newQueue(sp *spec, walDir, progressDir string, client remote.WriteClient, m
 		q.logger.Warn("Unreadable WAL repair record; assuming no repair", "err", err)
 	}
 	q.walRepairs = repairs.Generation
+	q.journal.lastRepair = repairs
 	if found && pf.WALRepairs < repairs.Generation {
 		// The WAL was repaired after this position was saved: past the cut,
 		// segment numbers may hold new records. A position past the cut goes
@@ -247,7 +248,14 @@ func (q *queue) start(parent context.Context) {
 	ctx, cancel := context.WithCancel(parent)
 	q.cancel = cancel
 	go q.run(ctx)
+	if h := testHookStarted.Load(); h != nil {
+		(*h)()
+	}
 }
+
+// testHookStarted, if set (tests only), is called by start once the queue's
+// goroutine is started: a truncation pass run there must already see it.
+var testHookStarted atomic.Pointer[func()]
 
 // stop makes the queue send what it has (reading the WAL to its current end)
 // for at most flushDeadline, persist its progress and exit.
@@ -488,12 +496,19 @@ func (q *queue) persist() {
 	q.m.progressOffset.Set(float64(pos.Offset))
 }
 
-// openJournal loads what the journal says about the data after start (when
-// start is the saved position) and opens it for appending.
+// openJournal loads what the journal says about the data after start and
+// opens it for appending. The journal starts where the progress file points
+// (or, without one, where the last run started too); when a WAL limit
+// deleted data after that position, what it says about the data from start
+// on is still true.
 func (q *queue) openJournal(start position) {
 	keep := false
-	if q.savedFound && start == q.saved {
-		rec, err := q.journal.load(start, q.walRepairs)
+	base := start
+	if q.savedFound {
+		base = q.saved
+	}
+	if !start.less(base) {
+		rec, err := q.journal.load(base, q.walRepairs)
 		if err != nil {
 			q.logger.Warn("Unreadable acknowledgement journal; requests in flight at the last stop may be sent twice", "err", err)
 			q.m.pwErrs.Inc()
@@ -505,7 +520,7 @@ func (q *queue) openJournal(start position) {
 		}
 	}
 	// Ids only need to differ from the ones of earlier runs kept in the file.
-	if err := q.journal.open(start, q.walRepairs, keep, uint64(time.Now().UnixNano())); err != nil {
+	if err := q.journal.open(base, q.walRepairs, keep, uint64(time.Now().UnixNano())); err != nil {
 		q.journalErr(err)
 	}
 }

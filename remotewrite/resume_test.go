@@ -91,9 +91,14 @@ func TestRestartNeverResendsAcknowledged(t *testing.T) {
 			cfg := loadConfig(t, oneQueue, rcv.srv.URL+"/api/v1/write")
 			refs := tw.fleet(1, 40) // one round: 40 samples, one request
 			base := time.Now().Add(-time.Minute).UnixMilli()
+			// Round 0 is in the WAL before the queue opens, so that the one
+			// progress write comes after it (not after the series records).
+			tw.samples(refs, base)
 			tm := startManager(t, walDir, progDir, cfg)
 			for k := range rounds {
-				tw.samples(refs, base+int64(k)*1000)
+				if k > 0 {
+					tw.samples(refs, base+int64(k)*1000)
+				}
 				tm.Notify()
 				if k < hangAt {
 					waitFor(t, fmt.Sprintf("round %d acknowledged", k), func() bool { return rcv.count(t) == (k+1)*len(refs) })

@@ -309,9 +309,9 @@ func (q *queue) send(ctx context.Context, b *shardBuffers, items []item, md []pr
 		act, reason := classifyFailure(info.status)
 		switch {
 		case act == actSplit && len(items) > 1:
-			// Not applied (too large): settle it and send the halves, each on
-			// its own, in order.
-			settle()
+			// Not applied (too large): send the halves, each on its own, in
+			// order. The original is settled only after both: until then a
+			// crash must leave its unsent items in flight, not acknowledged.
 			q.logger.Warn("Remote write refused a request as too large; splitting it", "status", info.status, "items", len(items))
 			h := len(items) / 2
 			ok, r := q.send(ctx, b, items[:h], md, end, resend)
@@ -319,6 +319,9 @@ func (q *queue) send(ctx context.Context, b *shardBuffers, items []item, md []pr
 				return false, true
 			}
 			ok, r2 := q.send(ctx, b, items[h:], nil, end, resend)
+			if ok {
+				settle()
+			}
 			return ok, retried || r || r2
 		case act == actDrop || act == actSplit:
 			settle()
