@@ -41,7 +41,7 @@ import (
 // sets. Hand-off no longer depends on it (the fence stops a lost target at
 // the appender), but a gained target starts at the next tick, so it is part
 // of the hand-off gap.
-const scrapeReloadInterval = 100 * time.Millisecond
+const scrapeReloadInterval = 50 * time.Millisecond
 
 // agent holds the live components so that reload, readiness and shutdown can reach them.
 type agent struct {
@@ -214,7 +214,9 @@ func run(ctx context.Context, f *flags) error {
 	if handoff == 0 {
 		handoff = -1 // the filter reads zero as "default"; the flag's 0 means "no delay"
 	}
-	filterOpts := shoalscrape.FilterOptions{HandoffDelay: handoff, ReplicaLabel: f.replicaLabel}
+	// A short coalescing window: a ring change is on the hand-off's critical
+	// path (a lost target is fenced, a gained one started, only after it).
+	filterOpts := shoalscrape.FilterOptions{HandoffDelay: handoff, ReplicaLabel: f.replicaLabel, RingCoalesce: 25 * time.Millisecond}
 	if a.node != nil {
 		a.placement, err = placement.New(placement.Options{
 			NodeName:          f.nodeName,
