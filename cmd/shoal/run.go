@@ -27,6 +27,7 @@ import (
 	_ "github.com/prometheus/prometheus/discovery/install" // every service discovery Prometheus has
 	"github.com/prometheus/prometheus/discovery/targetgroup"
 	promscrape "github.com/prometheus/prometheus/scrape"
+	"github.com/prometheus/prometheus/storage"
 
 	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/placement"
@@ -177,19 +178,26 @@ func run(ctx context.Context, f *flags) error {
 	}()
 	a.walReplayed.Store(true)
 
-	// Every appender goes through the hand-off fence. PassMetadataInContext
-	// is what puts the target into the appender's context (the fence reads
-	// its unit label there); it has no other effect with AppenderV2.
-	fence, err := shoalscrape.NewFence(a.wal, reg)
-	if err != nil {
-		return err
+	// With clustering every appender goes through the hand-off fence.
+	// PassMetadataInContext is what puts the target into the appender's
+	// context (the fence reads its unit label there); it has no other effect
+	// with AppenderV2.
+	var (
+		fence      *shoalscrape.Fence
+		appendable storage.AppendableV2 = a.wal
+	)
+	if a.node != nil {
+		if fence, err = shoalscrape.NewFence(a.wal, reg); err != nil {
+			return err
+		}
+		defer fence.Close()
+		appendable = fence
 	}
-	defer fence.Close()
 	a.scrape, err = promscrape.NewManager(&promscrape.Options{
 		AppendMetadata:          true,
-		PassMetadataInContext:   true,
+		PassMetadataInContext:   a.node != nil,
 		DiscoveryReloadInterval: model.Duration(scrapeReloadInterval),
-	}, logger.With("component", "scrape manager"), nil, nil, fence, reg)
+	}, logger.With("component", "scrape manager"), nil, nil, appendable, reg)
 	if err != nil {
 		return fmt.Errorf("creating the scrape manager: %w", err)
 	}
