@@ -19,8 +19,14 @@ const (
 	handoffTargets = 30
 	handoffLoad    = 3 // gauge series per target besides the counter
 	// handoffGapBound is the longest a moved target may go without a sample
-	// at the receiver: three scrape intervals.
-	handoffGapBound = 3 * scrapeInterval
+	// at the receiver: three scrape intervals, plus scheduling jitter. Every
+	// node scrapes a target at the same phase (the scrape offset depends on
+	// the target and a seed that is the same for identical hosts and
+	// external labels), and a hand-off whose window (fence, gossip, the new
+	// owner's start) spans that phase costs one scrape: a target moved twice
+	// within a second (a node that restarts quickly, and comes back) can
+	// miss two, three intervals between samples.
+	handoffGapBound = 3*scrapeInterval + 200*time.Millisecond
 )
 
 // handoffRun is one hand-off scenario on a cluster.

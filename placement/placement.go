@@ -12,7 +12,8 @@
 //     "fenced seq/ring" and, once the queues have acknowledged that position,
 //     "acked seq".
 //   - Gaining side: a gained target starts when every live participant or
-//     terminating peer has fenced the ring it was gained under (Released),
+//     terminating peer (and every viewer that announces fences) has fenced
+//     the ring it was gained under (Released),
 //     or after --cluster.handoff-delay. On start the Coordinator holds the
 //     remote-write queues at the WAL end until every such peer has its last
 //     fence acknowledged, the peer is gone, or --cluster.handoff-timeout
@@ -403,9 +404,8 @@ func (c *Coordinator) watermarksLocked() cluster.Watermarks {
 	return cluster.Watermarks{FencedSeq: c.fencedSeq, FencedRing: c.fencedRing, AckedSeq: c.ackedSeq}
 }
 
-// Released implements scrape.Handoff: every live participant or
-// terminating peer has fenced r. Viewers own nothing, and dead or left
-// nodes are not waited for.
+// Released implements scrape.Handoff: every live peer that may scrape has
+// fenced r. Dead or left nodes are not waited for.
 func (c *Coordinator) Released(r *ring.Ring) bool {
 	id := RingID(r)
 	for _, p := range c.peersToWaitFor() {
@@ -416,13 +416,20 @@ func (c *Coordinator) Released(r *ring.Ring) bool {
 	return true
 }
 
+// peersToWaitFor are the live peers that may be scraping: participants and
+// terminating nodes, and viewers that have started announcing fences. A
+// viewer in this node's view may already be a participant in its own (two
+// nodes promoted at the same moment, each not yet seeing the other): each
+// then waits for the other to fence its ring, so that neither starts alone.
+// A viewer that announced nothing yet (still replaying its WAL) has no ring
+// and scrapes nothing.
 func (c *Coordinator) peersToWaitFor() []cluster.Peer {
 	var out []cluster.Peer
 	for _, p := range c.cl.Peers() {
 		if p.Self || p.Name == c.opts.NodeName {
 			continue
 		}
-		if p.State == cluster.Participant || p.State == cluster.Terminating {
+		if p.State == cluster.Participant || p.State == cluster.Terminating || p.Handoff.FencedSeq > 0 {
 			out = append(out, p)
 		}
 	}

@@ -27,6 +27,7 @@ import (
 	_ "github.com/prometheus/prometheus/discovery/install" // every service discovery Prometheus has
 	"github.com/prometheus/prometheus/discovery/targetgroup"
 	promscrape "github.com/prometheus/prometheus/scrape"
+	"github.com/prometheus/prometheus/storage"
 
 	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/placement"
@@ -41,7 +42,7 @@ import (
 // sets. Hand-off no longer depends on it (the fence stops a lost target at
 // the appender), but a gained target starts at the next tick, so it is part
 // of the hand-off gap.
-const scrapeReloadInterval = 100 * time.Millisecond
+const scrapeReloadInterval = 50 * time.Millisecond
 
 // agent holds the live components so that reload, readiness and shutdown can reach them.
 type agent struct {
@@ -182,19 +183,26 @@ func run(ctx context.Context, f *flags) error {
 	}()
 	a.walReplayed.Store(true)
 
-	// Every appender goes through the hand-off fence. PassMetadataInContext
-	// is what puts the target into the appender's context (the fence reads
-	// its unit label there); it has no other effect with AppenderV2.
-	fence, err := shoalscrape.NewFence(a.wal, reg)
-	if err != nil {
-		return err
+	// With clustering every appender goes through the hand-off fence.
+	// PassMetadataInContext is what puts the target into the appender's
+	// context (the fence reads its unit label there); it has no other effect
+	// with AppenderV2.
+	var (
+		fence      *shoalscrape.Fence
+		appendable storage.AppendableV2 = a.wal
+	)
+	if a.node != nil {
+		if fence, err = shoalscrape.NewFence(a.wal, reg); err != nil {
+			return err
+		}
+		defer fence.Close()
+		appendable = fence
 	}
-	defer fence.Close()
 	a.scrape, err = promscrape.NewManager(&promscrape.Options{
 		AppendMetadata:          true,
-		PassMetadataInContext:   true,
+		PassMetadataInContext:   a.node != nil,
 		DiscoveryReloadInterval: model.Duration(scrapeReloadInterval),
-	}, logger.With("component", "scrape manager"), nil, nil, fence, reg)
+	}, logger.With("component", "scrape manager"), nil, nil, appendable, reg)
 	if err != nil {
 		return fmt.Errorf("creating the scrape manager: %w", err)
 	}
@@ -219,7 +227,9 @@ func run(ctx context.Context, f *flags) error {
 	if handoff == 0 {
 		handoff = -1 // the filter reads zero as "default"; the flag's 0 means "no delay"
 	}
-	filterOpts := shoalscrape.FilterOptions{HandoffDelay: handoff, ReplicaLabel: f.replicaLabel}
+	// A short coalescing window: a ring change is on the hand-off's critical
+	// path (a lost target is fenced, a gained one started, only after it).
+	filterOpts := shoalscrape.FilterOptions{HandoffDelay: handoff, ReplicaLabel: f.replicaLabel, RingCoalesce: 25 * time.Millisecond}
 	if a.node != nil {
 		a.placement, err = placement.New(placement.Options{
 			NodeName:          f.nodeName,

@@ -1,0 +1,515 @@
+package placement
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/shoal-dev/shoal/cluster"
+	"github.com/shoal-dev/shoal/ring"
+	"github.com/shoal-dev/shoal/scrape"
+	"github.com/shoal-dev/shoal/wal"
+)
+
+// fakeCluster is the membership as the Coordinator sees it. The real
+// cluster is exercised by the cluster package's tests and e2e; here the
+// timing of peers' watermarks must be under the test's control.
+type fakeCluster struct {
+	mu      sync.Mutex
+	self    cluster.Peer
+	peers   map[string]cluster.Peer
+	ready   bool
+	subs    []chan struct{}
+	readyCh chan struct{}
+}
+
+func newFakeCluster(self string) *fakeCluster {
+	return &fakeCluster{
+		self:    cluster.Peer{Name: self, Self: true, State: cluster.Viewer},
+		peers:   map[string]cluster.Peer{},
+		readyCh: make(chan struct{}),
+	}
+}
+
+func (c *fakeCluster) Self() cluster.Peer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.self
+}
+
+func (c *fakeCluster) Peers() []cluster.Peer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := []cluster.Peer{c.self}
+	for _, p := range c.peers {
+		out = append(out, p)
+	}
+	slices.SortFunc(out, func(a, b cluster.Peer) int {
+		if a.Name < b.Name {
+			return -1
+		}
+		return 1
+	})
+	return out
+}
+
+func (c *fakeCluster) Subscribe() (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	c.mu.Lock()
+	c.subs = append(c.subs, ch)
+	c.mu.Unlock()
+	return ch, func() {}
+}
+
+func (c *fakeCluster) notify() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, ch := range c.subs {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (c *fakeCluster) SetState(s cluster.State) error {
+	c.mu.Lock()
+	c.self.State = s
+	c.mu.Unlock()
+	c.notify()
+	return nil
+}
+
+func (c *fakeCluster) SetWatermarks(w cluster.Watermarks) {
+	c.mu.Lock()
+	c.self.Handoff = w
+	c.mu.Unlock()
+	c.notify()
+}
+
+func (c *fakeCluster) Ready() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ready
+}
+
+func (c *fakeCluster) WaitReady(ctx context.Context) error {
+	select {
+	case <-c.readyCh:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (c *fakeCluster) becomeReady() {
+	c.mu.Lock()
+	c.ready = true
+	c.mu.Unlock()
+	close(c.readyCh)
+	c.notify()
+}
+
+func (c *fakeCluster) setPeer(p cluster.Peer) {
+	c.mu.Lock()
+	c.peers[p.Name] = p
+	c.mu.Unlock()
+	c.notify()
+}
+
+func (c *fakeCluster) removePeer(name string) {
+	c.mu.Lock()
+	delete(c.peers, name)
+	c.mu.Unlock()
+	c.notify()
+}
+
+// fakeFilter records what the Coordinator hands it.
+type fakeFilter struct {
+	mu          sync.Mutex
+	ring        *ring.Ring
+	participant bool
+	sets        int
+}
+
+func (f *fakeFilter) SetRing(r *ring.Ring, _ string, _ int, participant bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.ring, f.participant = r, participant
+	f.sets++
+}
+
+func (f *fakeFilter) Recheck() {}
+
+func (f *fakeFilter) last() (*ring.Ring, bool, int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.ring, f.participant, f.sets
+}
+
+type fakeFence struct {
+	mu       sync.Mutex
+	fenced   []scrape.Unit
+	unfenced []scrape.Unit
+}
+
+func (f *fakeFence) Fence(_ context.Context, units []scrape.Unit) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.fenced = append(f.fenced, units...)
+	return nil
+}
+
+func (f *fakeFence) Unfence(units []scrape.Unit) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.unfenced = append(f.unfenced, units...)
+}
+
+// fakeWAL grows by one segment per call, so every position is distinct.
+type fakeWAL struct {
+	mu  sync.Mutex
+	end wal.Position
+}
+
+func (w *fakeWAL) EndPosition() (wal.Position, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.end.Segment++
+	return w.end, nil
+}
+
+// fakeRemote acknowledges what the test says; holds are observable.
+type fakeRemote struct {
+	mu      sync.Mutex
+	acked   wal.Position
+	flushed []wal.Position
+	holds   map[int]wal.Position
+	next    int
+}
+
+func (r *fakeRemote) FlushNow(p wal.Position) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.flushed = append(r.flushed, p)
+}
+
+func (r *fakeRemote) Acked(p wal.Position) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return !r.acked.Less(p)
+}
+
+func (r *fakeRemote) ack(p wal.Position) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.acked = p
+}
+
+func (r *fakeRemote) Hold(p wal.Position) func() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.holds == nil {
+		r.holds = map[int]wal.Position{}
+	}
+	id := r.next
+	r.next++
+	r.holds[id] = p
+	return func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		delete(r.holds, id)
+	}
+}
+
+func (r *fakeRemote) held() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.holds)
+}
+
+type harness struct {
+	c      *Coordinator
+	cl     *fakeCluster
+	filter *fakeFilter
+	fence  *fakeFence
+	wal    *fakeWAL
+	remote *fakeRemote
+	reg    *prometheus.Registry
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func start(t *testing.T, opts Options) *harness {
+	t.Helper()
+	h := &harness{
+		cl: newFakeCluster("a"), filter: &fakeFilter{}, fence: &fakeFence{},
+		wal: &fakeWAL{}, remote: &fakeRemote{}, reg: prometheus.NewRegistry(),
+		done: make(chan struct{}),
+	}
+	opts.NodeName = "a"
+	c, err := New(opts, h.cl, h.fence, h.wal, h.remote, nil, h.reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.c = c
+	c.SetFilter(h.filter)
+	ctx, cancel := context.WithCancel(context.Background())
+	h.cancel = cancel
+	go func() {
+		defer close(h.done)
+		c.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-h.done
+		c.Close()
+	})
+	return h
+}
+
+func participant(name string, wm cluster.Watermarks) cluster.Peer {
+	return cluster.Peer{Name: name, State: cluster.Participant, Handoff: wm}
+}
+
+func TestPromotionAndRingRebuild(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := start(t, Options{})
+		h.cl.setPeer(participant("b", cluster.Watermarks{}))
+		synctest.Wait()
+		r, part, _ := h.filter.last()
+		if part || !slices.Equal(r.Nodes(), []string{"b"}) {
+			t.Fatalf("before ready: ring %v participant %v, want [b] and false (a viewer owns nothing)", r.Nodes(), part)
+		}
+		if h.cl.Self().State != cluster.Viewer {
+			t.Fatal("promoted before the cluster was ready")
+		}
+
+		h.cl.becomeReady()
+		synctest.Wait()
+		if h.cl.Self().State != cluster.Participant {
+			t.Fatalf("not promoted once ready: %v", h.cl.Self().State)
+		}
+		r, part, sets := h.filter.last()
+		if !part || !slices.Equal(r.Nodes(), []string{"a", "b"}) {
+			t.Fatalf("after promotion: ring %v participant %v", r.Nodes(), part)
+		}
+		if h.c.Ring() != r {
+			t.Fatal("Ring() is not the ring handed to the filter")
+		}
+
+		// A watermark change alone does not rebuild the ring.
+		h.cl.setPeer(participant("b", cluster.Watermarks{FencedSeq: 1, FencedRing: 7}))
+		synctest.Wait()
+		if _, _, n := h.filter.last(); n != sets {
+			t.Fatalf("ring rebuilt on a watermark change (%d → %d SetRing calls)", sets, n)
+		}
+		// A new participant does; a viewer is not on the ring.
+		h.cl.setPeer(cluster.Peer{Name: "c", State: cluster.Viewer})
+		h.cl.setPeer(participant("d", cluster.Watermarks{}))
+		synctest.Wait()
+		if r, _, _ := h.filter.last(); !slices.Equal(r.Nodes(), []string{"a", "b", "d"}) {
+			t.Fatalf("ring %v, want [a b d]", r.Nodes())
+		}
+		h.cl.removePeer("d")
+		synctest.Wait()
+		if r, _, _ := h.filter.last(); !slices.Equal(r.Nodes(), []string{"a", "b"}) {
+			t.Fatalf("ring %v after d left, want [a b]", r.Nodes())
+		}
+	})
+}
+
+func TestFencedPublishesAndAckedFollows(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := start(t, Options{})
+		r := ring.New([]string{"a", "b"}, 8)
+		units := []scrape.Unit{{Key: 1}}
+		if err := h.c.Fence(context.Background(), units); err != nil {
+			t.Fatal(err)
+		}
+		h.c.Fenced(r, true)
+		synctest.Wait()
+		wm := h.cl.Self().Handoff
+		if wm.FencedSeq != 1 || wm.FencedRing != RingID(r) || wm.AckedSeq != 0 {
+			t.Fatalf("after the fence: %+v", wm)
+		}
+		if len(h.remote.flushed) != 1 {
+			t.Fatalf("FlushNow called %d times, want 1", len(h.remote.flushed))
+		}
+		// Nothing new: no new fence number.
+		h.c.Fenced(r, true)
+		if got := h.cl.Self().Handoff.FencedSeq; got != 1 {
+			t.Fatalf("a re-filter without changes made fence %d", got)
+		}
+		h.remote.ack(h.remote.flushed[0])
+		time.Sleep(time.Second) // the acknowledgement poll runs on the bubble's clock
+		synctest.Wait()
+		if got := h.cl.Self().Handoff.AckedSeq; got != 1 {
+			t.Fatalf("acked seq %d after the queues acknowledged the fence, want 1", got)
+		}
+		if v := testutil.ToFloat64(h.c.metrics.ackedSeq); v != 1 {
+			t.Fatalf("shoal_handoff_acked_sequence = %v", v)
+		}
+	})
+}
+
+// gainUnder makes the Coordinator this node's view: ring of a, b (and c),
+// participant, and activates a gained unit.
+func gainUnder(t *testing.T, h *harness, r *ring.Ring) {
+	t.Helper()
+	h.c.Fenced(r, true)
+	h.c.Activate([]scrape.Unit{{Key: 9}})
+	if len(h.fence.unfenced) != 1 {
+		t.Fatal("Activate did not un-fence the unit")
+	}
+	if h.remote.held() != 1 {
+		t.Fatalf("Activate put %d holds, want 1", h.remote.held())
+	}
+}
+
+func TestReleasedWaitsForEveryLivePeerFence(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := start(t, Options{})
+		r := ring.New([]string{"a", "b", "c"}, 8)
+		id := RingID(r)
+		h.cl.setPeer(participant("b", cluster.Watermarks{FencedSeq: 3, FencedRing: id}))
+		h.cl.setPeer(cluster.Peer{Name: "c", State: cluster.Terminating, Handoff: cluster.Watermarks{FencedSeq: 2, FencedRing: 99}})
+		h.cl.setPeer(cluster.Peer{Name: "v", State: cluster.Viewer})
+		if h.c.Released(r) {
+			t.Fatal("released while terminating c has not fenced the ring")
+		}
+		h.cl.setPeer(cluster.Peer{Name: "c", State: cluster.Terminating, Handoff: cluster.Watermarks{FencedSeq: 3, FencedRing: id}})
+		if !h.c.Released(r) {
+			t.Fatal("not released with every participant and terminating peer fenced (viewers own nothing)")
+		}
+		h.cl.setPeer(participant("c", cluster.Watermarks{FencedSeq: 4, FencedRing: 5}))
+		h.cl.removePeer("c") // dead or left: not waited for
+		if !h.c.Released(r) {
+			t.Fatal("a gone peer is waited for")
+		}
+		// A viewer that announces fences may already be a participant in
+		// its own view (promoted at the same moment): it is waited for.
+		h.cl.setPeer(cluster.Peer{Name: "w", State: cluster.Viewer, Handoff: cluster.Watermarks{FencedSeq: 1, FencedRing: 42}})
+		if h.c.Released(r) {
+			t.Fatal("released while a viewer announcing another ring may be scraping")
+		}
+	})
+}
+
+func TestHoldReleasedWhenPeerAcked(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := start(t, Options{HandoffTimeout: time.Minute})
+		r := ring.New([]string{"a", "b"}, 8)
+		id := RingID(r)
+		h.cl.setPeer(participant("b", cluster.Watermarks{FencedSeq: 5, FencedRing: id, AckedSeq: 4}))
+		gainUnder(t, h, r)
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		if h.remote.held() != 1 {
+			t.Fatal("hold released while b's last fence is not acknowledged")
+		}
+		h.cl.setPeer(participant("b", cluster.Watermarks{FencedSeq: 5, FencedRing: id, AckedSeq: 5}))
+		synctest.Wait()
+		if h.remote.held() != 0 {
+			t.Fatal("hold kept after b acknowledged its fence")
+		}
+		if n := testutil.CollectAndCount(h.c.metrics.holdSeconds); n != 1 {
+			t.Fatalf("hold duration histogram has %d series", n)
+		}
+		if v := testutil.ToFloat64(h.c.metrics.holdTimeouts); v != 0 {
+			t.Fatalf("hold timeouts %v, want 0", v)
+		}
+	})
+}
+
+func TestHoldReleasedWhenPeerGone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := start(t, Options{HandoffTimeout: time.Minute})
+		r := ring.New([]string{"a"}, 8)
+		h.cl.setPeer(cluster.Peer{Name: "b", State: cluster.Terminating, Handoff: cluster.Watermarks{FencedSeq: 2, FencedRing: RingID(r), AckedSeq: 1}})
+		gainUnder(t, h, r)
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if h.remote.held() != 1 {
+			t.Fatal("hold released while b is alive and behind")
+		}
+		h.cl.removePeer("b")
+		synctest.Wait()
+		if h.remote.held() != 0 {
+			t.Fatal("hold kept after b left")
+		}
+	})
+}
+
+func TestHoldReleasedByTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := start(t, Options{HandoffTimeout: time.Minute})
+		r := ring.New([]string{"a", "b"}, 8)
+		h.cl.setPeer(participant("b", cluster.Watermarks{FencedSeq: 5, FencedRing: RingID(r), AckedSeq: 1}))
+		gainUnder(t, h, r)
+		time.Sleep(59 * time.Second)
+		synctest.Wait()
+		if h.remote.held() != 1 {
+			t.Fatal("hold released before the hand-off timeout")
+		}
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		if h.remote.held() != 0 {
+			t.Fatal("hold kept past the hand-off timeout")
+		}
+		if v := testutil.ToFloat64(h.c.metrics.holdTimeouts); v != 1 {
+			t.Fatalf("shoal_handoff_hold_timeouts_total = %v, want 1", v)
+		}
+	})
+}
+
+func TestTerminateWaitsForFinalFenceAcked(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := start(t, Options{TerminateGrace: 5 * time.Second})
+		h.cl.setPeer(participant("b", cluster.Watermarks{}))
+		h.cl.becomeReady()
+		synctest.Wait()
+		done := make(chan struct{})
+		began := time.Now()
+		go func() {
+			defer close(done)
+			h.c.Terminate()
+		}()
+		synctest.Wait()
+		if h.cl.Self().State != cluster.Terminating {
+			t.Fatal("Terminate did not announce the terminating state")
+		}
+		r, part, _ := h.filter.last()
+		if part || r.Has("a") {
+			t.Fatalf("terminating node still owns targets: participant=%v ring=%v", part, r.Nodes())
+		}
+		// The filter fences everything and reports it.
+		_ = h.c.Fence(context.Background(), []scrape.Unit{{Key: 3}})
+		h.c.Fenced(r, false)
+		synctest.Wait()
+		select {
+		case <-done:
+			t.Fatal("Terminate returned before the final fence was acknowledged")
+		default:
+		}
+		h.remote.ack(wal.Position{Segment: 1 << 30})
+		<-done
+		if d := time.Since(began); d >= 5*time.Second {
+			t.Fatalf("Terminate waited %v: the acknowledgement did not end it", d)
+		}
+
+		// Without acknowledgement, the grace bounds the wait.
+		h2 := start(t, Options{TerminateGrace: 5 * time.Second})
+		began = time.Now()
+		h2.c.Terminate()
+		if d := time.Since(began); d != 5*time.Second {
+			t.Fatalf("Terminate without acknowledgement took %v, want the 5s grace", d)
+		}
+	})
+}

@@ -1,0 +1,203 @@
+package scrape
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/common/model"
+
+	"github.com/shoal-dev/shoal/ring"
+)
+
+// recordingHandoff is a Handoff whose Released answer the test sets; it
+// records the calls in order.
+type recordingHandoff struct {
+	mu        sync.Mutex
+	released  bool
+	calls     []string
+	fenced    []Unit
+	activated []Unit
+}
+
+func (h *recordingHandoff) Fence(_ context.Context, units []Unit) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.calls = append(h.calls, "fence")
+	h.fenced = append(h.fenced, units...)
+	return nil
+}
+
+func (h *recordingHandoff) Fenced(*ring.Ring, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.calls = append(h.calls, "fenced")
+}
+
+func (h *recordingHandoff) Released(*ring.Ring) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.released
+}
+
+func (h *recordingHandoff) Activate(units []Unit) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.calls = append(h.calls, "activate")
+	h.activated = append(h.activated, units...)
+}
+
+func (h *recordingHandoff) set(released bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.released = released
+}
+
+func (h *recordingHandoff) take() (calls []string, fenced, activated []Unit) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	calls, fenced, activated = h.calls, h.fenced, h.activated
+	h.calls, h.fenced, h.activated = nil, nil, nil
+	return calls, fenced, activated
+}
+
+func readNow(t *testing.T, h *harness) (tsets, bool) {
+	t.Helper()
+	synctest.Wait()
+	select {
+	case o := <-h.out:
+		return o, true
+	default:
+		return nil, false
+	}
+}
+
+func TestHandoffGatesGainedAndFencesLost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := loadConfig(t, twoJobs)
+		ho := &recordingHandoff{}
+		h := startFilter(t, FilterOptions{HandoffDelay: 2 * time.Second, RingCoalesce: -1, Handoff: ho}, nil, cfg)
+		onlyB := ring.New([]string{"b"}, 0)
+		h.f.SetRing(onlyB, "a", 1, true)
+		h.send(t, discovery(100, "node"))
+		if o, ok := readNow(t, h); !ok || count(o) != 0 {
+			t.Fatalf("first output: %v %v", ok, o)
+		}
+		if calls, _, _ := ho.take(); len(calls) == 0 || calls[len(calls)-1] != "fenced" {
+			t.Fatalf("no Fenced after a re-filter: %v", calls)
+		}
+
+		// Gained, but a peer has not fenced yet: held back.
+		both := ring.New([]string{"a", "b"}, 0)
+		h.f.SetRing(both, "a", 1, true)
+		if o, ok := readNow(t, h); ok && count(o) != 0 {
+			t.Fatalf("gained targets passed on before Released: %d", count(o))
+		}
+		waiting := 0
+		for _, ti := range h.f.Targets() {
+			if ti.DropReason == ReasonWaitingHandoff {
+				waiting++
+			}
+		}
+		if waiting == 0 {
+			t.Fatal("no target waiting for hand-off")
+		}
+		ho.take()
+
+		// The peer fenced: a Recheck starts them, activated before passed on.
+		ho.set(true)
+		h.f.Recheck()
+		synctest.Wait()
+		calls, _, activated := ho.take()
+		if len(activated) != waiting || calls[0] != "activate" {
+			t.Fatalf("activated %d units (calls %v), want %d first", len(activated), calls, waiting)
+		}
+		o, ok := readNow(t, h)
+		if !ok || count(o) != waiting {
+			t.Fatalf("passed on %d after release, want %d", count(o), waiting)
+		}
+		for _, g := range o["node"] {
+			for _, tl := range g.Targets {
+				u, err := ParseUnit(string(tl[UnitLabel]))
+				if err != nil || u.Rank != 0 {
+					t.Fatalf("target %v: unit label %q: %v", tl[model.AddressLabel], tl[UnitLabel], err)
+				}
+				if _, ok := tl["replica"]; ok {
+					t.Fatal("replica label set with replication factor 1")
+				}
+			}
+		}
+		if v := testutil.ToFloat64(h.f.metrics.gateTimeouts); v != 0 {
+			t.Fatalf("delay expired counted %v times", v)
+		}
+
+		// Lost again: the scrape manager gets the target set without them
+		// before they are fenced, and the fence before it is announced.
+		h.f.SetRing(onlyB, "a", 1, true)
+		synctest.Wait()
+		if calls, _, _ := ho.take(); len(calls) != 0 {
+			t.Fatalf("fenced before the scrape manager took the new targets: %v", calls)
+		}
+		if o, ok := readNow(t, h); !ok || count(o) != 0 {
+			t.Fatalf("output after losing everything: %v", o)
+		}
+		synctest.Wait()
+		calls, fenced, _ := ho.take()
+		if len(fenced) != waiting || len(calls) != 2 || calls[0] != "fence" || calls[1] != "fenced" {
+			t.Fatalf("calls %v fenced %d, want fence of %d then fenced", calls, len(fenced), waiting)
+		}
+
+		// Gained while the peer never fences: the delay is the bound.
+		ho.set(false)
+		h.f.SetRing(both, "a", 1, true)
+		synctest.Wait()
+		time.Sleep(1900 * time.Millisecond)
+		if o, ok := readNow(t, h); ok && count(o) != 0 {
+			t.Fatal("passed on before the hand-off delay")
+		}
+		time.Sleep(200 * time.Millisecond)
+		if o, ok := readNow(t, h); !ok || count(o) != waiting {
+			t.Fatalf("not passed on after the hand-off delay: %v", ok)
+		}
+		if v := testutil.ToFloat64(h.f.metrics.gateTimeouts); v != float64(waiting) {
+			t.Fatalf("shoal_handoff_delay_expired_total = %v, want %d", v, waiting)
+		}
+	})
+}
+
+func TestReplicaLabelCarriesRank(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := loadConfig(t, twoJobs)
+		ho := &recordingHandoff{released: true}
+		h := startFilter(t, FilterOptions{RingCoalesce: -1, Handoff: ho, ReplicaLabel: "replica"}, nil, cfg)
+		r := ring.New([]string{"a", "b", "c"}, 0)
+		h.f.SetRing(r, "a", 2, true)
+		h.send(t, discovery(60, "node"))
+		o, ok := readNow(t, h)
+		if !ok || count(o) == 0 {
+			t.Fatal("nothing passed on")
+		}
+		ranks := map[string]int{}
+		for _, g := range o["node"] {
+			for _, tl := range g.Targets {
+				u, err := ParseUnit(string(tl[UnitLabel]))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if want := string(rune('0' + u.Rank)); string(tl["replica"]) != want {
+					t.Fatalf("replica label %q, unit rank %d", tl["replica"], u.Rank)
+				}
+				if owners := r.Owners(u.Key, 2, nil); owners[u.Rank] != "a" {
+					t.Fatalf("rank %d but owners %v", u.Rank, owners)
+				}
+				ranks[string(tl["replica"])]++
+			}
+		}
+		if ranks["0"] == 0 || ranks["1"] == 0 {
+			t.Fatalf("ranks seen: %v, want both 0 and 1", ranks)
+		}
+	})
+}
