@@ -15,9 +15,11 @@
 //     terminating peer (and every viewer that announces fences) has fenced
 //     the ring it was gained under (Released),
 //     or after --cluster.handoff-delay. On start the Coordinator holds the
-//     remote-write queues at the WAL end until every such peer has its last
-//     fence acknowledged, the peer is gone, or --cluster.handoff-timeout
-//     passes. So the receiver gets the old owner's samples first.
+//     remote-write queues at the WAL end until every such peer has
+//     acknowledged its fence of that ring (a fence made before the hold, so
+//     two holding nodes never wait for each other), the peer is gone, or
+//     --cluster.handoff-timeout passes. So the receiver gets the old owner's
+//     samples first.
 //
 // Waiting for every live peer rather than for the previous owners of each
 // target is simpler and still sound: a peer that owned nothing of it fences
@@ -150,6 +152,17 @@ type fenceMark struct {
 type hold struct {
 	start, due time.Time
 	release    func()
+	// need is, per peer, the fence whose samples must be acknowledged
+	// before the hold goes: the peer's fence of this node's ring when the
+	// hold was placed, or its next fence if it had not fenced that ring yet.
+	// Only fences made before the hold are waited for, so every wait points
+	// back in time and two holding nodes can never wait for each other.
+	need map[string]peerNeed
+}
+
+type peerNeed struct {
+	seq   uint64
+	start time.Time // the peer's start time: a restarted peer is not waited for
 }
 
 // New returns a Coordinator. reg may be nil.
@@ -437,8 +450,8 @@ func (c *Coordinator) peersToWaitFor() []cluster.Peer {
 }
 
 // Activate implements scrape.Handoff: the units may append again, and the
-// queues hold everything written from now on until the peers' last samples
-// are acknowledged.
+// queues hold everything written from now on until the peers' samples from
+// before their fences of this ring are acknowledged.
 func (c *Coordinator) Activate(units []scrape.Unit) {
 	c.fence.Unfence(units)
 	pos, err := c.wal.EndPosition()
@@ -447,7 +460,23 @@ func (c *Coordinator) Activate(units []scrape.Unit) {
 		return
 	}
 	now := c.now()
-	h := &hold{start: now, due: now.Add(c.opts.HandoffTimeout), release: c.remote.Hold(pos)}
+	c.mu.Lock()
+	ringID := c.fencedRing
+	c.mu.Unlock()
+	need := map[string]peerNeed{}
+	for _, p := range c.peersToWaitFor() {
+		if p.Handoff.FencedSeq == 0 {
+			// A peer of a version without watermarks, or one that has not
+			// fenced anything yet (so owns nothing): nothing to wait for.
+			continue
+		}
+		seq := p.Handoff.FencedSeq
+		if p.Handoff.FencedRing != ringID {
+			seq++ // released by the hand-off delay: its fence of this ring is still to come
+		}
+		need[p.Name] = peerNeed{seq: seq, start: p.StartTime}
+	}
+	h := &hold{start: now, due: now.Add(c.opts.HandoffTimeout), release: c.remote.Hold(pos), need: need}
 	c.mu.Lock()
 	c.holds = append(c.holds, h)
 	n := len(c.holds)
@@ -471,7 +500,6 @@ func (c *Coordinator) step() {
 		c.ackedCh = make(chan struct{})
 	}
 	holds := len(c.holds)
-	ringID := c.fencedRing
 	c.mu.Unlock()
 	if moved {
 		c.metrics.ackedSeq.Set(float64(wm.AckedSeq))
@@ -481,17 +509,9 @@ func (c *Coordinator) step() {
 		return
 	}
 
-	clear := ringID != 0
-	for _, p := range c.peersToWaitFor() {
-		if p.Handoff.FencedSeq == 0 {
-			// A peer of a version without watermarks, or one that has not
-			// fenced anything yet (so owns nothing): nothing to wait for.
-			continue
-		}
-		if p.Handoff.FencedRing != ringID || p.Handoff.AckedSeq < p.Handoff.FencedSeq {
-			clear = false
-			break
-		}
+	peers := map[string]cluster.Peer{}
+	for _, p := range c.cl.Peers() {
+		peers[p.Name] = p
 	}
 	now := c.now()
 	c.mu.Lock()
@@ -499,7 +519,7 @@ func (c *Coordinator) step() {
 	var done, expired []*hold
 	for _, h := range c.holds {
 		switch {
-		case clear:
+		case h.satisfied(peers):
 			done = append(done, h)
 		case !now.Before(h.due):
 			expired = append(expired, h)
@@ -518,13 +538,7 @@ func (c *Coordinator) step() {
 		c.metrics.holdSeconds.Observe(now.Sub(h.start).Seconds())
 		c.metrics.holdTimeouts.Inc()
 		c.logger.Warn("Released the remote-write hold after --cluster.handoff-timeout although a peer's last samples of moved targets are not acknowledged; the receiver may refuse them as out of order",
-			"timeout", c.opts.HandoffTimeout, "peers", slices.Collect(func(yield func(string) bool) {
-				for _, p := range c.peersToWaitFor() {
-					if p.Handoff.AckedSeq < p.Handoff.FencedSeq && !yield(p.Name) {
-						return
-					}
-				}
-			}))
+			"timeout", c.opts.HandoffTimeout, "peers", h.waitingFor(peers))
 	}
 	if len(done)+len(expired) > 0 {
 		c.metrics.holds.Set(float64(len(keep)))
@@ -542,4 +556,34 @@ func (c *Coordinator) nextWake() time.Duration {
 		d = ackPoll
 	}
 	return d
+}
+
+// satisfied reports whether every peer h waits for has acknowledged the
+// fence h needs from it or is gone; see waitingFor.
+func (h *hold) satisfied(alive map[string]cluster.Peer) bool {
+	return len(h.waitingFor(alive)) == 0
+}
+
+// waitingFor lists, sorted, the alive peers whose samples h still waits for.
+// A peer that restarted since the hold was placed sends its old life's
+// backlog first (its queue reads its WAL in order), so the first fence it
+// acknowledges in its new life covers what h waited for.
+func (h *hold) waitingFor(alive map[string]cluster.Peer) []string {
+	var out []string
+	for name, n := range h.need {
+		p, ok := alive[name]
+		switch {
+		case !ok:
+			continue
+		case !p.StartTime.Equal(n.start):
+			if p.Handoff.AckedSeq >= 1 {
+				continue
+			}
+		case p.Handoff.AckedSeq >= n.seq:
+			continue
+		}
+		out = append(out, name)
+	}
+	slices.Sort(out)
+	return out
 }

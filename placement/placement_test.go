@@ -428,6 +428,71 @@ func TestHoldReleasedWhenPeerAcked(t *testing.T) {
 	})
 }
 
+// A hold waits for the fences made before it, not for later ones: a peer
+// that fences again while this node holds (a second ring change during a
+// remote-write outage) may itself be holding for this node, and waiting for
+// its newest fence would make each wait for the other until the timeout.
+func TestHoldWaitsOnlyForFencesBeforeIt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := start(t, Options{HandoffTimeout: time.Minute})
+		r := ring.New([]string{"a", "b"}, 8)
+		id := RingID(r)
+		h.cl.setPeer(participant("b", cluster.Watermarks{FencedSeq: 5, FencedRing: id, AckedSeq: 4}))
+		gainUnder(t, h, r)
+		// b fences a newer ring whose samples its own hold keeps back.
+		h.cl.setPeer(participant("b", cluster.Watermarks{FencedSeq: 6, FencedRing: id + 1, AckedSeq: 4}))
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if h.remote.held() != 1 {
+			t.Fatal("hold released before b acknowledged the fence it was placed after")
+		}
+		h.cl.setPeer(participant("b", cluster.Watermarks{FencedSeq: 6, FencedRing: id + 1, AckedSeq: 5}))
+		synctest.Wait()
+		if h.remote.held() != 0 {
+			t.Fatal("hold kept waiting for b's later fence")
+		}
+		if v := testutil.ToFloat64(h.c.metrics.holdTimeouts); v != 0 {
+			t.Fatalf("hold timeouts %v, want 0", v)
+		}
+	})
+}
+
+// A peer released by the hand-off delay before it fenced this node's ring
+// is waited for until its next fence is acknowledged; one that restarted
+// until its new life acknowledges a fence (its queue sends the old backlog
+// first).
+func TestHoldWaitsForLateAndRestartedPeers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := start(t, Options{HandoffTimeout: time.Minute})
+		r := ring.New([]string{"a", "b"}, 8)
+		id := RingID(r)
+		born := time.Unix(100, 0)
+		b := participant("b", cluster.Watermarks{FencedSeq: 3, FencedRing: id + 7, AckedSeq: 3})
+		b.StartTime = born
+		h.cl.setPeer(b)
+		gainUnder(t, h, r)
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if h.remote.held() != 1 {
+			t.Fatal("hold released although b has not fenced this ring yet")
+		}
+		// b restarts: a viewer replaying its WAL, nothing acknowledged yet.
+		b = cluster.Peer{Name: "b", State: cluster.Viewer, StartTime: born.Add(time.Minute)}
+		h.cl.setPeer(b)
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if h.remote.held() != 1 {
+			t.Fatal("hold released while the restarted b may still send its old backlog")
+		}
+		b.Handoff = cluster.Watermarks{FencedSeq: 1, FencedRing: id, AckedSeq: 1}
+		h.cl.setPeer(b)
+		synctest.Wait()
+		if h.remote.held() != 0 {
+			t.Fatal("hold kept after the restarted b acknowledged its first fence")
+		}
+	})
+}
+
 func TestHoldReleasedWhenPeerGone(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := start(t, Options{HandoffTimeout: time.Minute})
