@@ -38,6 +38,8 @@ type Peer struct {
 	State     State
 	Self      bool
 	StartTime time.Time
+	// Handoff is the peer's hand-off progress (zero from older versions).
+	Handoff Watermarks
 }
 
 // Node is this process's membership in the cluster.
@@ -54,6 +56,7 @@ type Node struct {
 	mu         sync.Mutex
 	state      State
 	metaClock  uint64 // lamport value of the last local state change
+	watermarks Watermarks
 	advertised []byte // metadata memberlist last advertised for this node
 	advertise  string // final gossip address, set by Start
 	ml         *memberlist.Memberlist
@@ -356,6 +359,23 @@ func (n *Node) SetState(s State) error {
 	return nil
 }
 
+// SetWatermarks publishes this node's hand-off progress in its metadata; it
+// does not wait for delivery.
+func (n *Node) SetWatermarks(w Watermarks) {
+	n.mu.Lock()
+	if n.watermarks == w {
+		n.mu.Unlock()
+		return
+	}
+	n.watermarks = w
+	ml, left := n.ml, n.left || n.stopped
+	n.mu.Unlock()
+	n.afterChange()
+	if ml != nil && !left {
+		n.broadcastState(ml)
+	}
+}
+
 // broadcastState has memberlist advertise the current metadata. memberlist
 // drops a local update whose incarnation a concurrent refutation has just
 // overtaken (the refutation re-sends the old metadata), so it checks what
@@ -394,6 +414,7 @@ func (n *Node) selfLocked() Peer {
 		State:     n.state,
 		Self:      true,
 		StartTime: n.startTime,
+		Handoff:   n.watermarks,
 	}
 }
 
@@ -597,6 +618,7 @@ func (n *Node) observe(mn *memberlist.Node, event string) {
 	} else {
 		p.State, p.HTTPAddr = st, m.HTTPAddr
 		p.StartTime = time.UnixMilli(m.StartTime)
+		p.Handoff = m.watermarks()
 		n.mergeLamport(m.Lamport)
 	}
 	n.mu.Lock()
@@ -636,7 +658,7 @@ func (n *Node) mergeLamport(seen uint64) {
 }
 
 func (n *Node) metaLocked() []byte {
-	return encodeMeta(n.state, n.cfg.HTTPAddr, n.startTime, n.metaClock)
+	return encodeMetaWith(n.state, n.cfg.HTTPAddr, n.startTime, n.metaClock, n.watermarks)
 }
 
 // delegate gives memberlist this node's metadata.

@@ -63,7 +63,25 @@ func (s *State) UnmarshalText(b []byte) error {
 }
 
 // metaVersion is bumped on incompatible changes to the metadata encoding.
+// Fields added with omitempty keep it: older nodes ignore them and read as
+// zero from older nodes.
 const metaVersion = 1
+
+// Watermarks is a node's hand-off progress, gossiped with its state so that
+// the new owners of its targets know when it has stopped them and when its
+// remote-write queues have delivered their last samples.
+type Watermarks struct {
+	// FencedSeq counts the fences the node has completed: after fence n the
+	// node appends nothing more of any target it does not own under
+	// FencedRing.
+	FencedSeq uint64
+	// FencedRing identifies the ring (its participant set) of fence
+	// FencedSeq; zero when the node has not fenced yet.
+	FencedRing uint64
+	// AckedSeq is the highest fence whose samples every remote-write queue
+	// of the node has had acknowledged.
+	AckedSeq uint64
+}
 
 // nodeMeta is what a node gossips about itself in memberlist node metadata.
 // Short keys keep it far below memberlist's 512-byte limit.
@@ -73,15 +91,30 @@ type nodeMeta struct {
 	HTTPAddr  string `json:"h,omitempty"`
 	StartTime int64  `json:"t"` // Unix milliseconds
 	Lamport   uint64 `json:"l"`
+	// Hand-off watermarks; absent in metadata of older versions.
+	FencedSeq  uint64 `json:"fs,omitempty"`
+	FencedRing uint64 `json:"fr,omitempty"`
+	AckedSeq   uint64 `json:"as,omitempty"`
+}
+
+func (m nodeMeta) watermarks() Watermarks {
+	return Watermarks{FencedSeq: m.FencedSeq, FencedRing: m.FencedRing, AckedSeq: m.AckedSeq}
 }
 
 func encodeMeta(state State, httpAddr string, start time.Time, lamport uint64) []byte {
+	return encodeMetaWith(state, httpAddr, start, lamport, Watermarks{})
+}
+
+func encodeMetaWith(state State, httpAddr string, start time.Time, lamport uint64, wm Watermarks) []byte {
 	b, _ := json.Marshal(nodeMeta{
-		Version:   metaVersion,
-		State:     state.String(),
-		HTTPAddr:  httpAddr,
-		StartTime: start.UnixMilli(),
-		Lamport:   lamport,
+		Version:    metaVersion,
+		State:      state.String(),
+		HTTPAddr:   httpAddr,
+		StartTime:  start.UnixMilli(),
+		Lamport:    lamport,
+		FencedSeq:  wm.FencedSeq,
+		FencedRing: wm.FencedRing,
+		AckedSeq:   wm.AckedSeq,
 	})
 	return b
 }

@@ -93,6 +93,7 @@ func shardedSetup(t *testing.T, n int) ([]*target, *testReceiver, []*agent, owne
 		fileSD:         true,
 		remoteWriteURL: recv.writeURL(),
 		externalLabels: map[string]string{"cluster": "e2e"},
+		defaultQueue:   true,
 	})
 	nodes := newClusterAgents(t, n, cfg, n)
 	startCluster(t, nodes)

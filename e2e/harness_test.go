@@ -29,7 +29,9 @@ import (
 // tests assert are derived from these values.
 const (
 	scrapeInterval = time.Second
-	handoffDelay   = time.Second
+	// handoffDelay is --cluster.handoff-delay's default, which clustered
+	// agents run with: the upper bound of a gained target's wait.
+	handoffDelay = 2 * time.Second
 	// batchSendDeadline bounds how long a sample waits in a remote-write queue.
 	batchSendDeadline = 500 * time.Millisecond
 	// failureDetection is how long memberlist may take to declare a silently
@@ -126,6 +128,9 @@ type configOpts struct {
 	fileSD         bool     // list targets in a file_sd JSON file instead of static_configs
 	remoteWriteURL string
 	externalLabels map[string]string
+	// defaultQueue leaves queue_config out: Prometheus' defaults
+	// (batch_send_deadline 5s), as clustered agents run in production.
+	defaultQueue bool
 }
 
 // writeConfig writes the configuration (and the file_sd file) into dir and
@@ -167,7 +172,9 @@ func writeConfig(t testing.TB, dir string, o configOpts) string {
 	} else {
 		fmt.Fprintf(&b, "    static_configs:\n      - targets: [%s]\n", strings.Join(quoted, ", "))
 	}
-	if o.remoteWriteURL != "" {
+	if o.remoteWriteURL != "" && o.defaultQueue {
+		fmt.Fprintf(&b, "remote_write:\n  - url: %q\n", o.remoteWriteURL)
+	} else if o.remoteWriteURL != "" {
 		fmt.Fprintf(&b, "remote_write:\n  - url: %q\n    queue_config:\n      batch_send_deadline: %s\n      min_backoff: 50ms\n      max_backoff: 500ms\n",
 			o.remoteWriteURL, model.Duration(batchSendDeadline))
 	}
@@ -247,7 +254,6 @@ func (a *agent) args() []string {
 			"--cluster.listen-address="+a.gossipAddr,
 			"--cluster.advertise-address="+a.gossipAddr,
 			"--cluster.rejoin-interval=5s",
-			"--cluster.handoff-delay="+model.Duration(handoffDelay).String(),
 		)
 		for _, j := range a.join {
 			args = append(args, "--cluster.join="+j)

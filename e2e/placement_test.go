@@ -92,25 +92,26 @@ func TestClusterTargetsView(t *testing.T) {
 }
 
 // TestReplicationFactorTwo runs three replicas with
-// --cluster.replication-factor=2, each with its own replica external label
-// (as an HA pair of Prometheus servers would): every target is scraped by
-// exactly two distinct nodes, and the receiver gets exactly one clean series
-// per target and replica.
+// --cluster.replication-factor=2 and one shared configuration with the
+// default queue_config: every target is scraped by exactly two distinct
+// nodes, each adds its rank for the target as the replica target label, and
+// the receiver (which refuses duplicates and out-of-order samples) gets
+// exactly one clean series per target and rank, also across a scale-out
+// that moves ranks between nodes.
 func TestReplicationFactorTwo(t *testing.T) {
 	needBinary(t)
 	const n, rf, count = 3, 2, 30
-	targets := startTargets(t, count, 0)
+	targets := startTargets(t, count, 2)
 	recv := startReceiver(t)
-	nodes := make([]*agent, n)
+	cfg := writeConfig(t, t.TempDir(), configOpts{
+		targets:        targetAddrs(targets),
+		remoteWriteURL: recv.writeURL(),
+		defaultQueue:   true,
+	})
+	nodes := make([]*agent, n+1)
 	for i := range nodes {
-		name := fmt.Sprintf("node-%d", i+1)
-		cfg := writeConfig(t, t.TempDir(), configOpts{
-			targets:        targetAddrs(targets),
-			remoteWriteURL: recv.writeURL(),
-			externalLabels: map[string]string{"replica": name},
-		})
 		nodes[i] = newAgent(t, agentSpec{
-			name: name, ip: fmt.Sprintf("127.0.0.%d", i+1), config: cfg, cluster: true, waitForSize: n,
+			name: fmt.Sprintf("node-%d", i+1), ip: fmt.Sprintf("127.0.0.%d", i+1), config: cfg, cluster: true, waitForSize: n,
 			extraArgs: []string{fmt.Sprintf("--cluster.replication-factor=%d", rf)},
 		})
 	}
@@ -121,29 +122,38 @@ func TestReplicationFactorTwo(t *testing.T) {
 			}
 		}
 	}
-	startCluster(t, nodes)
+	startCluster(t, nodes[:n])
 
-	eventually(t, convergeTimeout, "every target scraped by two nodes", func() error {
-		scrapers := map[string][]string{}
-		for _, a := range nodes {
-			active, err := a.activeTargets()
-			if err != nil {
-				return err
-			}
-			for inst, at := range active {
-				if at.Health != "up" {
-					return fmt.Errorf("%s on %s: health %q", inst, a.spec.name, at.Health)
+	converged := func(nodes []*agent) {
+		eventually(t, convergeTimeout, "every target scraped by two nodes", func() error {
+			scrapers := map[string][]string{}
+			for _, a := range nodes {
+				active, err := a.activeTargets()
+				if err != nil {
+					return err
 				}
-				scrapers[inst] = append(scrapers[inst], a.spec.name)
+				for inst, at := range active {
+					if at.Health != "up" {
+						return fmt.Errorf("%s on %s: health %q", inst, a.spec.name, at.Health)
+					}
+					scrapers[inst] = append(scrapers[inst], a.spec.name)
+				}
 			}
-		}
-		for _, tg := range targets {
-			if got := scrapers[tg.addr]; len(got) != rf {
-				return fmt.Errorf("%s scraped by %v, want %d nodes", tg.addr, got, rf)
+			for _, tg := range targets {
+				if got := scrapers[tg.addr]; len(got) != rf {
+					return fmt.Errorf("%s scraped by %v, want %d nodes", tg.addr, got, rf)
+				}
 			}
-		}
-		return checkPlacement(nodes[0], targets, rf)
-	})
+			return checkPlacement(nodes[0], targets, rf)
+		})
+	}
+	converged(nodes[:n])
+	waitServed(t, targets, time.Now(), 3*rf, convergeTimeout)
+
+	// Scale out: some ranks move to the newcomer, some from rank 1 to 0.
+	nodes[n].start()
+	nodes[n].waitReady(startTimeout)
+	converged(nodes)
 
 	w0 := time.Now()
 	waitServed(t, targets, w0, 3*rf, convergeTimeout)
@@ -157,14 +167,18 @@ func TestReplicationFactorTwo(t *testing.T) {
 		for _, s := range g {
 			replicas[s.labels.Get("replica")] = true
 		}
-		if len(g) != rf || len(replicas) != rf {
-			t.Errorf("%s: %d up series from replicas %v, want one from each of %d replicas", inst, len(g), replicas, rf)
+		if len(g) != rf || !replicas["0"] || !replicas["1"] {
+			t.Errorf("%s: %d up series with replica labels %v, want one for each of the ranks 0 and 1", inst, len(g), replicas)
 		}
 	}
 	if err := checkSeriesClean(ups); err != nil {
 		t.Error(err)
 	}
 	recv.checkNoRejections(t)
+	if st := recv.Stats(); st.Dropped != 0 {
+		t.Errorf("receiver dropped %d exact duplicates: two nodes wrote the same series", st.Dropped)
+	}
+	checkNoFailedSamples(t, nodes)
 }
 
 // TestWaitForSizeLeavesNoOrphans joins a node that waits for a cluster of

@@ -196,7 +196,10 @@ func TestSingleReplica(t *testing.T) {
 
 // TestRestartDurability kills an agent with SIGKILL while the receiver is
 // down, restarts it on the same storage path and checks that every sample
-// appended before the kill still reaches the receiver.
+// appended before the kill still reaches the receiver. With the receiver
+// down no position is ever saved, so this test cannot see a restart that
+// re-sends acknowledged data: TestKillRightAfterAcknowledgement and
+// TestKillLoop (durability_*_test.go) kill with the receiver up.
 func TestRestartDurability(t *testing.T) {
 	needBinary(t)
 	targets := startTargets(t, 3, 50)

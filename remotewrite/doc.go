@@ -27,7 +27,9 @@
 //     max_samples_per_send, all shards in parallel; wait for every shard;
 //  4. the round is now acknowledged: its end becomes the queue's position,
 //     which is written to the progress file at most once a second, and when
-//     the queue stops.
+//     the queue stops. Between two progress writes the acknowledgement
+//     journal (journal.go) records every request before it is sent and once
+//     it is settled, so that a restart is exact.
 //
 // Series records are decoded into a cache of final labels: external labels are
 // added (a series' own label of the same name wins), then
@@ -84,33 +86,48 @@
 // (duplicates rather than loss).
 //
 // "wal_repairs" is the WAL's repair generation (wal.RepairsFile) when the
-// position was saved. Repairing a torn or corrupt segment deletes the
-// segments after it and writes new data under their numbers, so a position
-// saved before a repair and lying past the cut is moved back to the start of
-// the cut segment: the records before the damage are sent again (duplicates,
-// which receivers drop) and nothing new is skipped. Until a queue has opened
-// the WAL, PendingSegment reports 0, so no truncation can run ahead of it.
+// position was saved. Repairing a torn or corrupt segment keeps the records
+// before the damage at their offsets, deletes the segments after it and
+// writes new data under their numbers. The repair record keeps the cut
+// (segment and offset): a position at or before it is still exact; one past
+// it is moved back to the cut, so nothing new is skipped and nothing
+// acknowledged is sent again. Until a queue has opened the WAL,
+// PendingSegment reports 0, so no truncation can run ahead of it:
+// ApplyConfig publishes a new queue before starting it. A truncation pass
+// that asked before that may still delete segments while the queue reads
+// the series of the checkpoint and the segments before its position; the
+// reader notices (a file gone, a gap after the checkpoint it read) and reads
+// the newest checkpoint again, so no series is missed.
+//
+// <progressDir>/<queue-name>.acks is the acknowledgement journal (format in
+// journal.go). It starts at the saved position; after a crash the queue
+// skips items the journal shows settled, sends the items of requests that
+// were in flight alone (one original request each, in one first round), and
+// writes no new position until it is past what the journal covers.
 //
 // # Retries and drops
 //
-// Network errors, 5xx and 429 (the write client returns
-// remote.RecoverableError for these) are retried forever with
-// exponential backoff from min_backoff to max_backoff; a Retry-After header
-// (seconds or HTTP date) replaces the backoff for that attempt. The WAL's
-// retention bounds how long that can go on. 429 is retried whatever
-// retry_on_http_429 says (Prometheus defaults it to false and drops the
-// batch; that would lose data already in the WAL). Any other non-2xx answer
-// (4xx) drops that request: its
-// samples count in samples_failed_total, the status and the first line of the
-// error are logged, and the queue moves on. Stop(flushDeadline) reads the WAL
+// The policy is classifyFailure (send.go; table in README's Durability
+// section). 400, 409 and 422 say the data is bad: the request is dropped,
+// counted in samples_failed_total and
+// shoal_remotewrite_samples_dropped_total{reason}, and the queue moves on. 413
+// splits the request in halves (a single item still too large is dropped as
+// too_large). Everything else — 5xx, 429, 408, 401, 403, 404, any other
+// status, network and TLS errors — is retried forever with exponential
+// backoff from min_backoff to max_backoff; a Retry-After header (seconds or
+// HTTP date) replaces the backoff for that attempt. The WAL's retention
+// bounds how long that can go on. 429 is retried whatever retry_on_http_429
+// says. The first failure of a run is logged; the rest are counted in
+// shoal_remotewrite_retries_total{reason}. A refusal of a request that may
+// already have been applied (re-sent after a crash, or after an attempt that
+// got no answer) counts as present, not failed. Stop(flushDeadline) reads the WAL
 // to its current end and sends it, and after flushDeadline cancels whatever is
 // in flight; the position written is the last fully acknowledged round. A
 // hung receiver therefore never delays shutdown beyond the deadline.
 //
-// Delivery is at least once. After a clean Stop with a healthy receiver
-// nothing is sent twice. After a crash, or a Stop that cut a round short,
-// the unacknowledged round (and up to a second of acknowledged ones) is sent
-// again after restart.
+// Nothing acknowledged is sent twice, after a clean Stop or a crash. Only a
+// request whose answer never came (one per shard in flight at a crash) may
+// reach the receiver twice: it is re-sent alone, never mixed with new data.
 //
 // # Metrics
 //
@@ -137,7 +154,9 @@
 // shoal_remotewrite_progress_offset_bytes, shoal_remotewrite_segments_skipped_total,
 // shoal_remotewrite_wal_read_errors_total,
 // shoal_remotewrite_progress_write_failures_total,
-// shoal_remotewrite_series_cached.
+// shoal_remotewrite_series_cached, shoal_remotewrite_resent_samples_total{outcome};
+// labelled remote_name and url: shoal_remotewrite_samples_dropped_total{reason},
+// shoal_remotewrite_retries_total{reason}.
 // A removed queue's series are deleted from every metric.
 //
 // # Differences from Prometheus' QueueManager and why
@@ -155,10 +174,10 @@
 //     Prometheus' EWMA-based estimate.
 //   - Samples of one series are grouped into one TimeSeries per request.
 //   - Metadata comes from WAL metadata records (sent with the round in which
-//     it is read, named by metric family) rather than from the scrape cache
-//     on metadata_config.send_interval.
-//   - Only Remote-Write 1.0 (prometheus.WriteRequest); protobuf_message
-//     io.prometheus.write.v2.Request is rejected by ApplyConfig.
+//     it is read, named by metric family, and all of it again every
+//     metadata_config.send_interval) rather than from the scrape cache.
+//   - Remote-Write 1.0 (prometheus.WriteRequest, the default) and 2.0
+//     (protobuf_message: io.prometheus.write.v2.Request; see v2.go).
 //     sample_age_limit is not applied: old data is sent, not dropped.
 //     Native histograms with custom buckets are sent as they are (with
 //     custom_values); convert_nhcb_to_classic is not supported.

@@ -53,6 +53,8 @@ type Manager struct {
 	// configured is set by the first successful ApplyConfig. Before that the
 	// Manager cannot know what queues will need, so it keeps the whole WAL.
 	configured atomic.Bool
+	// handoff holds the hand-off requests (handoff.go).
+	handoff handoff
 }
 
 // NewManager returns a Manager for the WAL in walDir that keeps progress files
@@ -111,8 +113,8 @@ func newSpec(rw *config.RemoteWriteConfig, external labels.Labels) (*spec, error
 	if rw.URL == nil || rw.URL.URL == nil {
 		return nil, errors.New("url is missing")
 	}
-	if rw.ProtobufMessage != "" && rw.ProtobufMessage != remoteapi.WriteV1MessageType {
-		return nil, fmt.Errorf("protobuf_message %q is not supported, only %q", rw.ProtobufMessage, remoteapi.WriteV1MessageType)
+	if m := rw.ProtobufMessage; m != "" && m != remoteapi.WriteV1MessageType && m != remoteapi.WriteV2MessageType {
+		return nil, fmt.Errorf("protobuf_message %q is not supported, only %q or %q", m, remoteapi.WriteV1MessageType, remoteapi.WriteV2MessageType)
 	}
 	qc := rw.QueueConfig
 	s := settings{
@@ -126,6 +128,7 @@ func newSpec(rw *config.RemoteWriteConfig, external labels.Labels) (*spec, error
 		sendExemplars:  rw.SendExemplars,
 		sendHistograms: rw.SendNativeHistograms,
 		sendMetadata:   rw.MetadataConfig.Send,
+		v2:             rw.ProtobufMessage == remoteapi.WriteV2MessageType,
 		externalLabels: external,
 		relabel:        rw.WriteRelabelConfigs,
 	}
@@ -176,7 +179,7 @@ func newClient(sp *spec) (remote.WriteClient, error) {
 		// that is safely in the WAL, which shoal promises never to do.
 		// (Prometheus' retry_on_http_429 defaults to false and is ignored.)
 		RetryOnRateLimit: true,
-		WriteProtoMsg:    remoteapi.WriteV1MessageType,
+		WriteProtoMsg:    protoMsg(rw.ProtobufMessage),
 		RoundRobinDNS:    rw.RoundRobinDNS,
 	})
 	if err != nil {
@@ -186,6 +189,14 @@ func newClient(sp *spec) (remote.WriteClient, error) {
 		hc.Client.Transport = responseInfoTransport{next: hc.Client.Transport}
 	}
 	return c, nil
+}
+
+// protoMsg is the configured Remote-Write message, 1.0 when unset.
+func protoMsg(m remoteapi.WriteMessageType) remoteapi.WriteMessageType {
+	if m == "" {
+		return remoteapi.WriteV1MessageType
+	}
+	return m
 }
 
 // ApplyConfig makes the running queues match cfg.RemoteWriteConfigs. Queues
@@ -252,17 +263,26 @@ func (m *Manager) ApplyConfig(cfg *config.Config) error {
 		m.metrics.deleteQueue(name)
 		m.logger.Info("Remote-write queue stopped", "remote_name", name, "url", q.url)
 	}
+	var created []*queue
 	for _, name := range order {
 		if _, ok := m.queues[name]; ok {
 			continue
 		}
 		q := newQueue(specs[name], m.walDir, m.progressDir, clients[name], m.metrics, m.logger)
+		q.handoff = &m.handoff
 		m.queues[name] = q
-		if m.runCtx != nil {
+		created = append(created, q)
+	}
+	// Publish before starting: a new queue reports segment 0 (keep
+	// everything) until its reader has opened, and a truncation pass must
+	// see that before the reader starts reading series. A pass already
+	// past that question is handled by the reader (see walReader.open).
+	m.publish()
+	if m.runCtx != nil {
+		for _, q := range created {
 			q.start(m.runCtx)
 		}
 	}
-	m.publish()
 	m.configured.Store(true)
 	return nil
 }

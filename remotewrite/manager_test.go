@@ -127,12 +127,6 @@ func TestBadConfigChangesNothing(t *testing.T) {
 	tm := startManager(t, walDir, progDir, loadConfig(t, oneQueue, rcv.srv.URL))
 	q := tm.queueFor("q")
 	for name, yml := range map[string]string{
-		"remote write 2.0": `
-remote_write:
-  - url: URL0
-    name: q
-    protobuf_message: io.prometheus.write.v2.Request
-`,
 		"missing CA file": `
 remote_write:
   - url: URL0

@@ -18,6 +18,11 @@ const (
 	// Reasons for prometheus_remote_storage_{samples,histograms,exemplars}_dropped_total.
 	reasonDroppedSeries = "dropped_series"                 // write_relabel_configs dropped the series
 	reasonUnknownSeries = "unintentionally_dropped_series" // no series record known for the ref
+
+	// Outcomes of shoal_remotewrite_resent_samples_total (after a restart).
+	resendSkipped   = "skipped_acknowledged" // settled before the crash: not sent again
+	resendDelivered = "delivered"            // in flight at the crash, sent alone, accepted
+	resendRefused   = "refused_as_present"   // in flight at the crash, refused: the receiver had it
 )
 
 // metrics holds every collector of the package. Per-queue series are children
@@ -55,6 +60,10 @@ type metrics struct {
 	walReadErrors    *prometheus.CounterVec
 	progressWriteErr *prometheus.CounterVec
 	seriesCached     *prometheus.GaugeVec
+
+	sendDropped *prometheus.CounterVec // {remote_name, url, reason}
+	retries     *prometheus.CounterVec // {remote_name, url, reason}
+	resent      *prometheus.CounterVec // {remote_name, outcome}
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -127,6 +136,18 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			"Failed attempts to persist (or read) the progress file."),
 		seriesCached: shoalGauge("shoal_remotewrite_series_cached",
 			"Series whose labels the queue holds in memory (forgotten when a WAL checkpoint drops them)."),
+		sendDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "shoal_remotewrite_samples_dropped_total",
+			Help: "Samples and histograms dropped because the receiver called them bad data (reason bad_request: 400, conflict: 409, unprocessable: 422, too_large: 413 for a single item) or because they could not be encoded. Also counted in prometheus_remote_storage_samples_failed_total / histograms_failed_total.",
+		}, []string{labelRemoteName, labelURL, labelReason}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "shoal_remotewrite_retries_total",
+			Help: "Requests retried, by reason: the HTTP status, or network for a failure without an answer (connection, TLS, timeout).",
+		}, []string{labelRemoteName, labelURL, labelReason}),
+		resent: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "shoal_remotewrite_resent_samples_total",
+			Help: "Samples and histograms read again after a restart: skipped_acknowledged (the receiver acknowledged them before the crash), delivered or refused_as_present (in flight at the crash, sent alone again).",
+		}, []string{labelRemoteName, "outcome"}),
 	}
 	if reg == nil {
 		return m
@@ -142,6 +163,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.shards, m.shardsMin, m.shardsMax, m.shardsDesired, m.shardCapacity, m.maxSamplesPerSend,
 		m.sentBatchDuration, m.bytesTotal,
 		m.progressSegment, m.progressOffset, m.segmentsSkipped, m.walReadErrors, m.progressWriteErr, m.seriesCached,
+		m.sendDropped, m.retries, m.resent,
 	} {
 		// A collector that is already registered (a second Manager on the
 		// same registry) is not fatal: keep our own unregistered copy.
@@ -184,6 +206,7 @@ func (m *metrics) deleteQueue(name string) {
 		m.shards, m.shardsMin, m.shardsMax, m.shardsDesired, m.shardCapacity, m.maxSamplesPerSend,
 		m.sentBatchDuration, m.bytesTotal,
 		m.progressSegment, m.progressOffset, m.segmentsSkipped, m.walReadErrors, m.progressWriteErr, m.seriesCached,
+		m.sendDropped, m.retries, m.resent,
 	} {
 		v.DeletePartialMatch(l)
 	}
@@ -209,6 +232,7 @@ type queueMetrics struct {
 	progressSegment, progressOffset        prometheus.Gauge
 	segmentsSkipped, walReadErrors, pwErrs prometheus.Counter
 	seriesCached                           prometheus.Gauge
+	sendDropped, retries, resent           *prometheus.CounterVec
 }
 
 func (m *metrics) forQueue(name, url string) *queueMetrics {
@@ -249,6 +273,9 @@ func (m *metrics) forQueue(name, url string) *queueMetrics {
 		walReadErrors:     m.walReadErrors.WithLabelValues(name),
 		pwErrs:            m.progressWriteErr.WithLabelValues(name),
 		seriesCached:      m.seriesCached.WithLabelValues(name),
+		sendDropped:       m.sendDropped.MustCurryWith(prometheus.Labels{labelRemoteName: name, labelURL: url}),
+		retries:           m.retries.MustCurryWith(prometheus.Labels{labelRemoteName: name, labelURL: url}),
+		resent:            m.resent.MustCurryWith(prometheus.Labels{labelRemoteName: name}),
 	}
 }
 

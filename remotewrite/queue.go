@@ -37,6 +37,7 @@ type settings struct {
 	deadline, minBackoff, maxBackoff           time.Duration
 
 	sendExemplars, sendHistograms, sendMetadata bool
+	v2                                          bool // Remote-Write 2.0
 
 	externalLabels labels.Labels
 	relabel        []*relabel.Config
@@ -63,6 +64,11 @@ type item struct {
 	h      *histogram.Histogram
 	fh     *histogram.FloatHistogram
 	exLbls labels.Labels
+	// group is non-zero for an item that was in flight when the queue last
+	// stopped without settling it: the id of that request (see journal.go).
+	group uint64
+	// meta is the series' metadata, for Remote-Write 2.0 requests.
+	meta *seriesMeta
 }
 
 // chunk is what the queue read from the WAL and has not sent yet.
@@ -121,12 +127,31 @@ type queue struct {
 	lastWrite  time.Time
 	pendingSeg atomic.Int64 // segment of persisted, for PendingSegment
 
+	// journal records sent and settled requests between progress writes;
+	// rec is what it said at start-up, until the queue is past it.
+	journal       *journal
+	rec           *recovery
+	journalFailed atomic.Bool
+	unsettled     bool         // a round was cut short: the journal holds its requests
+	failRun       atomic.Int64 // failed attempts since the last success
+
+	// metadata_config: the periodic re-send (metadata.go).
+	metaCache      metadataCache
+	metaInterval   time.Duration
+	metaMaxPerSend int
+	seriesMeta     map[chunks.HeadSeriesRef]*seriesMeta // Remote-Write 2.0 only
+
 	notify   chan struct{}
 	drain    chan struct{} // closed by stop: send what is there and exit
 	stopOnce sync.Once
 	started  bool
 	cancel   context.CancelFunc
 	done     chan struct{}
+
+	// handoff is the Manager's hand-off state (nil in tests without one);
+	// hq is this queue's part of it. See handoff.go.
+	handoff *handoff
+	hq      queueHandoff
 
 	// shardBufs are the send buffers of each shard, reused across chunks.
 	shardBufs []*shardBuffers
@@ -150,11 +175,20 @@ func newQueue(sp *spec, walDir, progressDir string, client remote.WriteClient, m
 		client:       client,
 		m:            m.forQueue(sp.name, sp.redactedURL),
 		progressPath: filepath.Join(progressDir, sp.name+".json"),
+		journal:      newJournal(filepath.Join(progressDir, sp.name+".acks")),
 		dec:          record.NewDecoder(labels.NewSymbolTable(), logger),
 		lb:           labels.NewBuilder(labels.EmptyLabels()),
 		notify:       make(chan struct{}, 1),
 		drain:        make(chan struct{}),
 		done:         make(chan struct{}),
+	}
+	q.metaInterval = time.Duration(sp.rw.MetadataConfig.SendInterval)
+	if q.metaInterval <= 0 {
+		q.metaInterval = defaultMetadataInterval
+	}
+	q.metaMaxPerSend = sp.rw.MetadataConfig.MaxSamplesPerSend
+	if q.metaMaxPerSend <= 0 {
+		q.metaMaxPerSend = defaultMetadataMaxPerSend
 	}
 	q.reader = newWALReader(walDir, q.logger)
 	q.reader.replayFn = func(rec []byte, seg int) { q.handleRecord(rec, seg, false, nil) }
@@ -174,13 +208,16 @@ func newQueue(sp *spec, walDir, progressDir string, client remote.WriteClient, m
 		q.logger.Warn("Unreadable WAL repair record; assuming no repair", "err", err)
 	}
 	q.walRepairs = repairs.Generation
-	if found && pf.WALRepairs < repairs.Generation && (position{Segment: repairs.Segment}).less(pos) {
-		// The WAL was repaired after this position was saved: segments from
-		// the cut on may hold new records under old numbers. Re-read from the
-		// cut; what was sent before comes again as duplicates, nothing is skipped.
-		q.logger.Warn("The WAL was repaired since the saved position; re-reading from the repaired segment",
-			"saved_segment", pos.Segment, "saved_offset", pos.Offset, "repaired_segment", repairs.Segment)
-		pos = position{Segment: repairs.Segment}
+	if found && pf.WALRepairs < repairs.Generation {
+		// The WAL was repaired after this position was saved: past the cut,
+		// segment numbers may hold new records. A position past the cut goes
+		// back to it (everything before the cut is unchanged and was
+		// acknowledged); a position before it is still exact.
+		if seg, off, past := repairs.Cut(pos.Segment, pos.Offset); past {
+			q.logger.Warn("The WAL was repaired past the saved position; re-reading from the cut",
+				"saved_segment", pos.Segment, "saved_offset", pos.Offset, "cut_segment", seg, "cut_offset", off)
+			pos = position{Segment: seg, Offset: off}
+		}
 	}
 	q.saved, q.savedFound = pos, found
 	q.acked, q.persisted = pos, pos
@@ -235,6 +272,7 @@ func (q *queue) wake() {
 func (q *queue) run(ctx context.Context) {
 	defer close(q.done)
 	defer q.reader.close()
+	defer q.journal.close()
 	defer q.persist()
 
 	poll := time.NewTicker(pollInterval)
@@ -265,7 +303,9 @@ func (q *queue) run(ctx context.Context) {
 		start, err := q.reader.open(ctx, q.saved, q.savedFound)
 		if err == nil {
 			q.acked = start
+			q.publishAcked()
 			q.pendingSeg.Store(int64(start.Segment))
+			q.openJournal(start)
 			q.logger.Info("Remote-write queue started", "segment", start.Segment, "offset", start.Offset, "series", q.series.len())
 			break
 		}
@@ -279,6 +319,16 @@ func (q *queue) run(ctx context.Context) {
 		if !wait(nil) || draining {
 			return
 		}
+	}
+
+	if q.s.sendMetadata && !q.s.v2 {
+		mctx, mcancel := context.WithCancel(ctx)
+		mdone := make(chan struct{})
+		go func() {
+			defer close(mdone)
+			q.metadataLoop(mctx)
+		}()
+		defer func() { mcancel(); <-mdone }()
 	}
 
 	shards := q.s.minShards
@@ -299,12 +349,17 @@ func (q *queue) run(ctx context.Context) {
 		q.m.histogramsPending.Set(float64(c.histograms))
 		q.m.exemplarsPending.Set(float64(c.exemplars))
 
-		if c.n() > 0 && (full || draining || c.n() >= shards*q.s.maxPerSend || time.Since(c.first) >= q.s.deadline) {
+		if c.n() > 0 && (full || draining || c.n() >= shards*q.s.maxPerSend || time.Since(c.first) >= q.s.deadline || q.handoff.flushWanted(q.acked)) {
 			ok, retried := q.sendChunk(ctx, c, shards)
 			if !ok {
-				return // cancelled: c stays unacknowledged and is read again next time
+				// Cancelled: c stays unacknowledged and is read again next
+				// time; the journal knows which of its requests were settled.
+				q.unsettled = true
+				return
 			}
 			q.acked = c.end
+			q.endRecovery(!full && rerr == nil)
+			q.publishAcked()
 			c.reset()
 			q.m.samplesPending.Set(0)
 			q.m.histogramsPending.Set(0)
@@ -316,6 +371,8 @@ func (q *queue) run(ctx context.Context) {
 		if c.n() == 0 {
 			// Everything read so far is done (series records, dropped data).
 			q.acked = c.end
+			q.endRecovery(false)
+			q.publishAcked()
 		}
 		if draining && c.n() == 0 {
 			return
@@ -379,12 +436,14 @@ func (q *queue) reshard(cur int, behind, retried bool) int {
 // fill reads records into c until it holds limit items or the WAL has no
 // more for now. full reports that the limit was hit.
 func (q *queue) fill(ctx context.Context, c *chunk, limit int) (full bool, err error) {
-	defer func() { c.end = q.reader.pos() }()
-	for c.n() < limit {
+	defer func() { c.end = q.readPos() }()
+	// While recovering, read the whole stretch the journal covers into one
+	// round, so that each request in flight at the crash is sent again whole.
+	for c.n() < limit || (q.rec != nil && q.readPos().less(q.rec.end)) {
 		if ctx.Err() != nil {
 			return false, nil
 		}
-		rec, seg, sendable, err := q.reader.next(ctx)
+		rec, seg, sendable, err := q.nextRecord(ctx)
 		if err != nil {
 			return false, err
 		}
@@ -396,9 +455,12 @@ func (q *queue) fill(ctx context.Context, c *chunk, limit int) (full bool, err e
 	return true, nil
 }
 
-// persist writes the acknowledged position if it moved.
+// persist writes the acknowledged position if it moved, then starts the
+// journal afresh there. While recovering it writes nothing: the journal's
+// records are needed until the queue is past them; nor after a round was cut
+// short, whose settled requests only the journal knows.
 func (q *queue) persist() {
-	if q.acked == q.persisted {
+	if q.acked == q.persisted || q.rec != nil || q.unsettled {
 		return
 	}
 	pos := q.acked
@@ -418,9 +480,63 @@ func (q *queue) persist() {
 		return
 	}
 	q.persisted = pos
+	if err := q.journal.reset(pos, q.walRepairs); err != nil {
+		q.journalErr(err)
+	}
 	q.pendingSeg.Store(int64(pos.Segment))
 	q.m.progressSegment.Set(float64(pos.Segment))
 	q.m.progressOffset.Set(float64(pos.Offset))
+}
+
+// openJournal loads what the journal says about the data after start (when
+// start is the saved position) and opens it for appending.
+func (q *queue) openJournal(start position) {
+	keep := false
+	if q.savedFound && start == q.saved {
+		rec, err := q.journal.load(start, q.walRepairs)
+		if err != nil {
+			q.logger.Warn("Unreadable acknowledgement journal; requests in flight at the last stop may be sent twice", "err", err)
+			q.m.pwErrs.Inc()
+		}
+		if rec != nil {
+			q.rec, keep = rec, true
+			q.logger.Info("Resuming with the acknowledgement journal: acknowledged requests are not sent again, requests in flight are sent alone",
+				"acknowledged_series", len(rec.acked), "in_flight_series", len(rec.pending), "until_segment", rec.end.Segment, "until_offset", rec.end.Offset)
+		}
+	}
+	// Ids only need to differ from the ones of earlier runs kept in the file.
+	if err := q.journal.open(start, q.walRepairs, keep, uint64(time.Now().UnixNano())); err != nil {
+		q.journalErr(err)
+	}
+}
+
+// endRecovery drops the journal's start-up view once the queue is past it,
+// or has sent everything up to the end of the WAL (which a repair may have
+// cut before the journal's end).
+func (q *queue) endRecovery(atWALEnd bool) {
+	if q.rec != nil && (atWALEnd || !q.acked.less(q.rec.end)) {
+		q.rec = nil
+	}
+}
+
+// addItem adds a data item to c unless the journal says the receiver already
+// settled it; an item in flight at the crash is tagged with its request.
+func (q *queue) addItem(c *chunk, it item) bool {
+	if q.rec != nil {
+		skip, group := q.rec.classify(it.ref, it.kind == kindExemplar, it.t)
+		if skip {
+			if it.kind != kindExemplar {
+				q.m.resent.WithLabelValues(resendSkipped).Inc()
+			}
+			return false
+		}
+		it.group = group
+	}
+	if q.seriesMeta != nil {
+		it.meta = q.seriesMeta[it.ref]
+	}
+	c.add(it)
+	return true
 }
 
 func (q *queue) maybePersist() {
@@ -458,6 +574,11 @@ func (q *queue) storeSeries(series []record.RefSeries, seg int) {
 // checkpoint cpIndex and not carried into it.
 func (q *queue) gcSeries(cpIndex int) {
 	n := q.series.deleteIf(func(e seriesEntry) bool { return e.seg < cpIndex })
+	for ref := range q.seriesMeta {
+		if _, ok := q.series.get(ref); !ok {
+			delete(q.seriesMeta, ref)
+		}
+	}
 	q.m.seriesCached.Set(float64(q.series.len()))
 	if n > 0 {
 		q.logger.Debug("Forgot series gone from the WAL", "checkpoint", cpIndex, "series", n, "remaining", q.series.len())
@@ -513,8 +634,9 @@ func (q *queue) handleRecord(rec []byte, seg int, sendable bool, c *chunk) {
 			if !ok {
 				continue
 			}
-			c.add(item{ref: s.Ref, kind: kindSample, t: s.T, v: s.V, lbls: lbls})
-			c.samples++
+			if q.addItem(c, item{ref: s.Ref, kind: kindSample, t: s.T, v: s.V, lbls: lbls}) {
+				c.samples++
+			}
 		}
 
 	case record.HistogramSamples, record.CustomBucketsHistogramSamples, record.HistogramSamplesV2:
@@ -532,8 +654,9 @@ func (q *queue) handleRecord(rec []byte, seg int, sendable bool, c *chunk) {
 			if !ok {
 				continue
 			}
-			c.add(item{ref: h.Ref, kind: kindHistogram, t: h.T, h: h.H, lbls: lbls})
-			c.histograms++
+			if q.addItem(c, item{ref: h.Ref, kind: kindHistogram, t: h.T, h: h.H, lbls: lbls}) {
+				c.histograms++
+			}
 		}
 		clear(q.bufHist)
 
@@ -552,8 +675,9 @@ func (q *queue) handleRecord(rec []byte, seg int, sendable bool, c *chunk) {
 			if !ok {
 				continue
 			}
-			c.add(item{ref: h.Ref, kind: kindFloatHistogram, t: h.T, fh: h.FH, lbls: lbls})
-			c.histograms++
+			if q.addItem(c, item{ref: h.Ref, kind: kindFloatHistogram, t: h.T, fh: h.FH, lbls: lbls}) {
+				c.histograms++
+			}
 		}
 		clear(q.bufFHist)
 
@@ -571,13 +695,14 @@ func (q *queue) handleRecord(rec []byte, seg int, sendable bool, c *chunk) {
 			if !ok {
 				continue
 			}
-			c.add(item{ref: e.Ref, kind: kindExemplar, t: e.T, v: e.V, lbls: lbls, exLbls: e.Labels})
-			c.exemplars++
+			if q.addItem(c, item{ref: e.Ref, kind: kindExemplar, t: e.T, v: e.V, lbls: lbls, exLbls: e.Labels}) {
+				c.exemplars++
+			}
 		}
 		clear(q.bufEx)
 
 	case record.Metadata:
-		if !sendable || !q.s.sendMetadata {
+		if !q.s.sendMetadata {
 			return
 		}
 		q.bufMeta, err = q.dec.Metadata(rec, q.bufMeta[:0])
@@ -590,7 +715,18 @@ func (q *queue) handleRecord(rec []byte, seg int, sendable bool, c *chunk) {
 			if !ok || e.dropped {
 				continue
 			}
-			c.addMetadata(metricFamilyMetadata(e.lbls, md))
+			if q.s.v2 {
+				if q.seriesMeta == nil {
+					q.seriesMeta = map[chunks.HeadSeriesRef]*seriesMeta{}
+				}
+				q.seriesMeta[md.Ref] = newSeriesMeta(md)
+				continue
+			}
+			mm := metricFamilyMetadata(e.lbls, md)
+			q.metaCache.set(mm)
+			if sendable {
+				c.addMetadata(mm)
+			}
 		}
 
 	case record.Unknown:

@@ -2,7 +2,6 @@ package remotewrite
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"strconv"
 	"strings"
@@ -11,7 +10,6 @@ import (
 	"time"
 
 	"github.com/prometheus/prometheus/prompb"
-	"github.com/prometheus/prometheus/storage/remote"
 	"github.com/prometheus/prometheus/tsdb/chunks"
 	"github.com/prometheus/prometheus/util/compression"
 )
@@ -28,6 +26,7 @@ type shardBuffers struct {
 	index map[chunks.HeadSeriesRef]int
 	proto []byte
 	comp  compression.EncodeBuffer
+	v2    *v2Buffers // Remote-Write 2.0, created on first use
 }
 
 func newShardBuffers() *shardBuffers {
@@ -36,14 +35,22 @@ func newShardBuffers() *shardBuffers {
 
 // sendChunk spreads c over n shards by series ref (so that each series stays
 // in order), sends every shard's part in requests of at most
-// max_samples_per_send, and waits for all of them. ok is false when ctx ended
-// before everything was acknowledged or dropped.
+// max_samples_per_send, and waits for all of them. Items that were in flight
+// when the process last stopped (item.group != 0) go first, each original
+// request alone. ok is false when ctx ended before everything was
+// acknowledged or dropped.
 func (q *queue) sendChunk(ctx context.Context, c *chunk, n int) (ok, retried bool) {
-	for len(q.shardBufs) < n {
+	for len(q.shardBufs) < max(n, 1) {
 		q.shardBufs = append(q.shardBufs, newShardBuffers())
+	}
+	if ok, retried = q.sendUncertain(ctx, c); !ok {
+		return false, retried
 	}
 	bufs := q.shardBufs[:n]
 	for _, it := range c.items {
+		if it.group != 0 {
+			continue
+		}
 		b := bufs[uint64(it.ref)%uint64(n)]
 		b.items = append(b.items, it)
 	}
@@ -52,6 +59,7 @@ func (q *queue) sendChunk(ctx context.Context, c *chunk, n int) (ok, retried boo
 		failed    atomic.Bool
 		anyRetrid atomic.Bool
 	)
+	anyRetrid.Store(retried)
 	for i, b := range bufs {
 		var md []prompb.MetricMetadata
 		if i == 0 {
@@ -63,7 +71,7 @@ func (q *queue) sendChunk(ctx context.Context, c *chunk, n int) (ok, retried boo
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ok, r := q.runShard(ctx, b, md)
+			ok, r := q.runShard(ctx, b, md, c.end, false)
 			if !ok {
 				failed.Store(true)
 			}
@@ -80,14 +88,46 @@ func (q *queue) sendChunk(ctx context.Context, c *chunk, n int) (ok, retried boo
 	return !failed.Load(), anyRetrid.Load()
 }
 
-// runShard sends one shard's items in order.
-func (q *queue) runShard(ctx context.Context, b *shardBuffers, md []prompb.MetricMetadata) (ok, retried bool) {
+// sendUncertain sends the items of requests that were in flight at the last
+// crash, one original request at a time, so that a receiver refusing one as
+// already applied never takes items that were never sent down with it.
+func (q *queue) sendUncertain(ctx context.Context, c *chunk) (ok, retried bool) {
+	groups := map[uint64][]item{}
+	var order []uint64
+	for _, it := range c.items {
+		if it.group == 0 {
+			continue
+		}
+		if _, ok := groups[it.group]; !ok {
+			order = append(order, it.group)
+		}
+		groups[it.group] = append(groups[it.group], it)
+	}
+	b := q.shardBufs[0]
+	for _, g := range order {
+		b.items = append(b.items[:0], groups[g]...)
+		ok, r := q.runShard(ctx, b, nil, c.end, true)
+		retried = retried || r
+		clear(b.items)
+		b.items = b.items[:0]
+		if !ok {
+			return false, retried
+		}
+	}
+	return true, retried
+}
+
+// runShard sends one shard's items in order. resend marks items that may
+// already be at the receiver.
+func (q *queue) runShard(ctx context.Context, b *shardBuffers, md []prompb.MetricMetadata, end position, resend bool) (ok, retried bool) {
 	items := b.items
 	for len(items) > 0 || len(md) > 0 {
 		k := min(len(items), q.s.maxPerSend)
-		cnt := b.build(items[:k], md)
+		if resend {
+			k = len(items) // one original request: never split what was one
+		}
+		ok, r := q.send(ctx, b, items[:k], md, end, resend)
 		items, md = items[k:], nil
-		ok, r := q.sendRequest(ctx, b, cnt)
 		retried = retried || r
 		if !ok {
 			return false, retried
@@ -157,18 +197,84 @@ func (b *shardBuffers) encode() ([]byte, error) {
 	return compression.Encode(compression.Snappy, b.proto[size-n:size], b.comp)
 }
 
-// sendRequest sends one request, retrying recoverable errors (5xx, network
-// errors, 429 when retry_on_http_429 is set) with exponential backoff until
-// it succeeds or ctx ends. Other errors drop the request and count it as
-// failed. ok is false only when ctx ended first.
-func (q *queue) sendRequest(ctx context.Context, b *shardBuffers, cnt counts) (ok, retried bool) {
-	raw, err := b.encode()
+// Reasons of shoal_remotewrite_samples_dropped_total: what the receiver
+// called bad data, or a request that could not be built.
+const (
+	dropBadRequest    = "bad_request"   // 400
+	dropConflict      = "conflict"      // 409
+	dropUnprocessable = "unprocessable" // 422
+	dropTooLarge      = "too_large"     // 413 for a request of one series' item
+	dropEncode        = "encode_error"
+)
+
+// failureAction is what the failure policy does with one answer.
+type failureAction uint8
+
+const (
+	actRetry failureAction = iota
+	actDrop
+	actSplit
+)
+
+// classifyFailure is the failure policy (README, "Durability"). Only what the
+// receiver calls bad data is dropped; an auth, routing, rate or server
+// problem is not the data's fault and is retried until the WAL's retention
+// says otherwise. status is 0 when no HTTP answer came (network, TLS,
+// timeout).
+func classifyFailure(status int) (failureAction, string) {
+	switch status {
+	case http.StatusBadRequest:
+		return actDrop, dropBadRequest
+	case http.StatusConflict:
+		return actDrop, dropConflict
+	case http.StatusUnprocessableEntity:
+		return actDrop, dropUnprocessable
+	case http.StatusRequestEntityTooLarge:
+		return actSplit, dropTooLarge
+	case 0:
+		return actRetry, "network"
+	}
+	// 5xx, 429, 408, 401, 403, 404 and any other answer: retry.
+	return actRetry, strconv.Itoa(status)
+}
+
+// send sends one request of items (and metadata) and settles it: retried
+// until acknowledged, dropped if the receiver calls it bad data, split in two
+// if it is too large. ok is false only when ctx ended first. resend marks a
+// request that may already have been applied (in flight at the last crash):
+// a refusal then means the receiver has it, and is counted as such rather
+// than as failed.
+func (q *queue) send(ctx context.Context, b *shardBuffers, items []item, md []prompb.MetricMetadata, end position, resend bool) (ok, retried bool) {
+	var (
+		cnt counts
+		raw []byte
+		err error
+	)
+	if q.s.v2 {
+		cnt = b.buildV2(items)
+		raw, err = b.encodeV2()
+	} else {
+		cnt = b.build(items, md)
+		raw, err = b.encode()
+	}
 	if err != nil {
-		q.countFailed(cnt)
+		q.drop(cnt, dropEncode)
 		q.logger.Error("Cannot encode remote-write request; dropping it", "err", err)
 		return true, false
 	}
+	var id uint64
+	if len(items) > 0 {
+		if id, err = q.journal.intent(items, end); err != nil {
+			q.journalErr(err)
+		}
+	}
+	settle := func() {
+		if err := q.journal.done(id); err != nil {
+			q.journalErr(err)
+		}
+	}
 	backoff := q.s.minBackoff
+	maybeApplied := resend // an earlier attempt may have reached the receiver
 	for attempt := 0; ; attempt++ {
 		q.m.samplesTotal.Add(float64(cnt.samples))
 		q.m.histogramsTotal.Add(float64(cnt.histograms))
@@ -178,38 +284,76 @@ func (q *queue) sendRequest(ctx context.Context, b *shardBuffers, cnt counts) (o
 
 		info := &responseInfo{}
 		begin := time.Now()
-		_, err := q.client.Store(context.WithValue(ctx, responseInfoKey{}, info), raw, attempt)
+		rs, err := q.client.Store(context.WithValue(ctx, responseInfoKey{}, info), raw, attempt)
 		q.m.sentBatchDuration.Observe(time.Since(begin).Seconds())
 		if err == nil {
+			settle()
+			if nw := notWritten(cnt, rs); q.s.v2 && nw.samples+nw.histograms+nw.exemplars > 0 {
+				q.drop(nw, dropNotWritten)
+				q.logger.Warn("Remote write acknowledged a request but did not write all of it",
+					"samples_not_written", nw.samples, "histograms_not_written", nw.histograms, "exemplars_not_written", nw.exemplars)
+			}
 			if cnt.samples+cnt.histograms > 0 {
 				q.m.highestSent.set(float64(cnt.maxT) / 1000)
 			}
+			if resend {
+				q.m.resent.WithLabelValues(resendDelivered).Add(float64(cnt.samples + cnt.histograms))
+			}
+			q.recovered(attempt)
 			return true, retried
 		}
 		if ctx.Err() != nil {
 			return false, retried
 		}
-		var rerr remote.RecoverableError
-		if !errors.As(err, &rerr) {
-			q.countFailed(cnt)
-			first, _, _ := strings.Cut(err.Error(), "\n")
-			q.logger.Error("Remote write rejected a batch; dropping it",
-				"status", info.status, "error", first,
+		first, _, _ := strings.Cut(err.Error(), "\n")
+		act, reason := classifyFailure(info.status)
+		switch {
+		case act == actSplit && len(items) > 1:
+			// Not applied (too large): settle it and send the halves, each on
+			// its own, in order.
+			settle()
+			q.logger.Warn("Remote write refused a request as too large; splitting it", "status", info.status, "items", len(items))
+			h := len(items) / 2
+			ok, r := q.send(ctx, b, items[:h], md, end, resend)
+			if !ok {
+				return false, true
+			}
+			ok, r2 := q.send(ctx, b, items[h:], nil, end, resend)
+			return ok, retried || r || r2
+		case act == actDrop || act == actSplit:
+			settle()
+			if maybeApplied && info.status != http.StatusRequestEntityTooLarge {
+				// The receiver refuses what it already has (out of order or
+				// duplicate): nothing new was in this request.
+				q.m.resent.WithLabelValues(resendRefused).Add(float64(cnt.samples + cnt.histograms))
+				q.logger.Warn("Remote write refused a re-sent request that may have been applied before the last stop; treating it as delivered",
+					"status", info.status, "error", first, "samples", cnt.samples, "histograms", cnt.histograms)
+				return true, retried
+			}
+			if q.s.v2 && rs.Confirmed {
+				cnt = notWritten(cnt, rs) // a 2.0 receiver wrote the rest
+			}
+			q.drop(cnt, reason)
+			q.logger.Error("Remote write refused a batch as bad data; dropping it",
+				"status", info.status, "reason", reason, "error", first,
 				"samples", cnt.samples, "histograms", cnt.histograms, "exemplars", cnt.exemplars)
 			return true, retried
+		}
+		if info.status == 0 {
+			maybeApplied = true // the request may have arrived before the connection broke
 		}
 		retried = true
 		q.m.samplesRetried.Add(float64(cnt.samples))
 		q.m.histogramsRetried.Add(float64(cnt.histograms))
 		q.m.exemplarsRetried.Add(float64(cnt.exemplars))
 		q.m.metadataRetried.Add(float64(cnt.metadata))
+		q.m.retries.WithLabelValues(reason).Inc()
 
 		sleep := backoff
 		if info.retryAfter > 0 {
 			sleep = info.retryAfter
 		}
-		first, _, _ := strings.Cut(err.Error(), "\n")
-		q.logger.Warn("Failed to send batch, retrying", "status", info.status, "err", first, "attempt", attempt+1, "backoff", sleep)
+		q.failing(info.status, first, sleep)
 		t := time.NewTimer(sleep)
 		select {
 		case <-ctx.Done():
@@ -219,6 +363,37 @@ func (q *queue) sendRequest(ctx context.Context, b *shardBuffers, cnt counts) (o
 		}
 		backoff = min(max(sleep, q.s.minBackoff)*2, q.s.maxBackoff)
 	}
+}
+
+// failing logs the first failure of a run; later retries only count.
+func (q *queue) failing(status int, msg string, sleep time.Duration) {
+	if q.failRun.Add(1) == 1 {
+		q.logger.Warn("Remote write failed; retrying with backoff until it succeeds (further failures are counted in shoal_remotewrite_retries_total, not logged)",
+			"status", status, "err", msg, "backoff", sleep)
+	}
+}
+
+// recovered logs the end of a run of failures.
+func (q *queue) recovered(attempt int) {
+	if attempt == 0 && q.failRun.Load() == 0 {
+		return
+	}
+	if n := q.failRun.Swap(0); n > 0 {
+		q.logger.Info("Remote write succeeds again", "failed_attempts", n)
+	}
+}
+
+func (q *queue) journalErr(err error) {
+	q.m.pwErrs.Inc()
+	if q.journalFailed.CompareAndSwap(false, true) {
+		q.logger.Error("Cannot write the acknowledgement journal; a crash now may re-send acknowledged samples", "err", err)
+	}
+}
+
+// drop counts a request the receiver called bad data.
+func (q *queue) drop(cnt counts, reason string) {
+	q.countFailed(cnt)
+	q.m.sendDropped.WithLabelValues(reason).Add(float64(cnt.samples + cnt.histograms))
 }
 
 func (q *queue) countFailed(cnt counts) {

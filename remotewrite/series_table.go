@@ -6,20 +6,33 @@ import "github.com/prometheus/prometheus/tsdb/chunks"
 // refs as small integers in increasing order, and a target's series are
 // created together, so a paged array beats a hash map on the per-sample
 // lookup: an index instead of a hash probe, and neighbouring series share
-// cache lines. A page is freed when its last series is forgotten, so refs
-// that only grow (series churn, restarts) cost a pointer per 4096 refs.
+// cache lines.
+//
+// Churn leaves pages with a few long-lived series among thousands of
+// forgotten ones, and a full page (160 KiB) per survivor would keep the
+// memory of every series ever seen. So deleteIf moves the entries of a page
+// left at most 1/8 full (except the highest, where new refs go) into a
+// map and frees the page: about 50 bytes per survivor instead of a page
+// share, at the price of a hash probe for those survivors only. The map
+// also holds refs beyond maxSeriesPages pages, which a healthy WAL does not
+// reach, so that a corrupt huge ref cannot grow pages without bound.
+//
+// A ref is in its page or in far, never both; get looks in far when the
+// page does not have it, which keeps get small enough to be inlined.
 type seriesTable struct {
 	pages []*seriesPage
-	// far holds refs beyond maxSeriesPages pages, which a healthy WAL does not
-	// reach; it keeps a corrupt huge ref from growing pages without bound.
-	far map[chunks.HeadSeriesRef]seriesEntry
-	n   int
+	far   map[chunks.HeadSeriesRef]seriesEntry
+	// farPeak is the most entries far held since it was made (see shrinkMap).
+	farPeak int
+	n       int
 }
 
 const (
 	seriesPageBits = 12
 	seriesPageSize = 1 << seriesPageBits
 	maxSeriesPages = 1 << 20 // refs below 2^32: at most 8 MiB of page pointers
+	// sparseMaxLive: deleteIf moves the entries of a page with at most this many to far.
+	sparseMaxLive = seriesPageSize / 8
 )
 
 type seriesPage struct {
@@ -31,28 +44,26 @@ type seriesPage struct {
 }
 
 func (t *seriesTable) get(ref chunks.HeadSeriesRef) (seriesEntry, bool) {
-	p := uint64(ref) >> seriesPageBits
-	if p >= maxSeriesPages {
-		e, ok := t.far[ref]
-		return e, ok
+	if p := uint64(ref) >> seriesPageBits; p < uint64(len(t.pages)) && t.pages[p] != nil {
+		if e := &t.pages[p].entries[uint64(ref)&(seriesPageSize-1)]; e.ok {
+			return e.seriesEntry, true
+		}
 	}
-	if p >= uint64(len(t.pages)) || t.pages[p] == nil {
-		return seriesEntry{}, false
-	}
-	e := &t.pages[p].entries[uint64(ref)&(seriesPageSize-1)]
-	return e.seriesEntry, e.ok
+	e, ok := t.far[ref]
+	return e, ok
 }
 
 func (t *seriesTable) set(ref chunks.HeadSeriesRef, se seriesEntry) {
 	p := uint64(ref) >> seriesPageBits
-	if p >= maxSeriesPages {
+	if _, ok := t.far[ref]; ok || p >= maxSeriesPages {
 		if t.far == nil {
 			t.far = map[chunks.HeadSeriesRef]seriesEntry{}
 		}
-		if _, ok := t.far[ref]; !ok {
+		if !ok {
 			t.n++
 		}
 		t.far[ref] = se
+		t.farPeak = max(t.farPeak, len(t.far))
 		return
 	}
 	for uint64(len(t.pages)) <= p {
@@ -70,7 +81,8 @@ func (t *seriesTable) set(ref chunks.HeadSeriesRef, se seriesEntry) {
 	e.seriesEntry, e.ok = se, true
 }
 
-// deleteIf forgets every entry for which drop returns true and returns how many.
+// deleteIf forgets every entry for which drop returns true and returns how
+// many. It moves the entries of pages it leaves at most 1/8 full to far.
 func (t *seriesTable) deleteIf(drop func(seriesEntry) bool) int {
 	n := 0
 	for ref, e := range t.far {
@@ -79,6 +91,7 @@ func (t *seriesTable) deleteIf(drop func(seriesEntry) bool) int {
 			n++
 		}
 	}
+	top := len(t.pages) - 1
 	for i, pg := range t.pages {
 		if pg == nil {
 			continue
@@ -91,15 +104,45 @@ func (t *seriesTable) deleteIf(drop func(seriesEntry) bool) int {
 				n++
 			}
 		}
-		if pg.live == 0 {
-			t.pages[i] = nil
+		if pg.live > sparseMaxLive || i == top {
+			if pg.live == 0 {
+				t.pages[i] = nil
+			}
+			continue
 		}
+		if pg.live > 0 && t.far == nil {
+			t.far = map[chunks.HeadSeriesRef]seriesEntry{}
+		}
+		for j := range pg.entries {
+			if e := &pg.entries[j]; e.ok {
+				t.far[chunks.HeadSeriesRef(uint64(i)<<seriesPageBits|uint64(j))] = e.seriesEntry
+			}
+		}
+		t.farPeak = max(t.farPeak, len(t.far))
+		t.pages[i] = nil
 	}
 	t.n -= n
 	for len(t.pages) > 0 && t.pages[len(t.pages)-1] == nil {
 		t.pages = t.pages[:len(t.pages)-1]
 	}
+	t.far = shrinkMap(t.far, &t.farPeak)
 	return n
 }
 
 func (t *seriesTable) len() int { return t.n }
+
+// shrinkMap returns m, or a copy of it sized to its contents once it holds
+// fewer than a quarter of its peak entries (and resets peak): a Go map
+// keeps the memory of its largest size. The quarter keeps the copying
+// amortised.
+func shrinkMap[K comparable, V any](m map[K]V, peak *int) map[K]V {
+	if *peak < 64 || len(m) >= *peak/4 {
+		return m
+	}
+	out := make(map[K]V, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	*peak = len(out)
+	return out
+}

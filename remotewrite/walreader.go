@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 
 	"github.com/prometheus/prometheus/tsdb/record"
@@ -45,6 +46,11 @@ type walReader struct {
 	sealed    bool  // a later segment exists: the next EOF is the end of seg
 	skipUntil int64 // records of seg ending at or before this offset are done
 	cpIndex   int   // index of the newest checkpoint whose series were read, -1 for none
+	// fresh: the reader started without a saved position and is still in
+	// its first segment. A truncation pass that chose its segments before
+	// this queue existed may delete that segment; the queue then starts at
+	// the oldest remaining one, which loses nothing it was promised.
+	fresh bool
 }
 
 func newWALReader(dir string, logger *slog.Logger) *walReader {
@@ -60,40 +66,107 @@ func newWALReader(dir string, logger *slog.Logger) *walReader {
 	}
 }
 
-// open prepares reading from start (or from the first segment when found is
+// openAttempts bounds how often open starts over because a truncation pass
+// changed the WAL under it. A pass runs about once a minute, so a second
+// attempt practically always sees a settled WAL.
+const openAttempts = 10
+
+// testHookOpen, if set (tests only), is called inside open at the named
+// stage: "checkpoint" once the newest checkpoint's series are read,
+// "segments" once the segments are listed and before they are read.
+var testHookOpen func(stage string)
+
+// open prepares reading from start (or from the oldest data when found is
 // false): it reads the series of the newest checkpoint and of every segment
-// before start. It returns the position reading really starts at, which
-// differs from start when the WAL no longer has start's segment.
+// after it and before start. It returns the position reading really starts
+// at, which differs from start when the WAL no longer has start's segment.
+//
+// A truncation pass may run meanwhile: it writes a new checkpoint, then
+// deletes the segments (and the older checkpoint) it covers. A segment or a
+// checkpoint that vanishes under the reader, or segments missing between
+// the checkpoint read and the first segment, mean the view was torn; open
+// then starts over, so that it never misses a series record that the new
+// checkpoint holds.
 func (r *walReader) open(ctx context.Context, start position, found bool) (position, error) {
-	first, last, err := wlog.Segments(r.dir)
+	var err error
+	for attempt := 1; ; attempt++ {
+		var p position
+		var torn bool
+		p, torn, err = r.openOnce(ctx, start, found, attempt == openAttempts)
+		if err != nil || !torn {
+			return p, err
+		}
+		r.logger.Debug("WAL truncated while the remote-write queue was opening; reading series again", "attempt", attempt)
+	}
+}
+
+// openOnce is one attempt of open. torn reports that a truncation pass
+// changed the WAL during the attempt and it must be repeated; last says
+// this is the final attempt, which then goes on with what it could read.
+func (r *walReader) openOnce(ctx context.Context, start position, found, last bool) (_ position, torn bool, _ error) {
+	r.closeSegment()
+	r.cpIndex = -1
+	cpErr := r.loadCheckpoint(ctx, false)
+	if cpErr != nil && errors.Is(cpErr, fs.ErrNotExist) && !last {
+		return position{}, true, nil // deleted by a newer pass while being read
+	}
+	if testHookOpen != nil {
+		testHookOpen("checkpoint")
+	}
+	// List after reading the checkpoint: a pass writes its checkpoint
+	// before it deletes segments, so a gap between the two shows here.
+	first, lastSeg, err := wlog.Segments(r.dir)
 	if err != nil {
-		return position{}, fmt.Errorf("list WAL segments in %s: %w", r.dir, err)
+		return position{}, false, fmt.Errorf("list WAL segments in %s: %w", r.dir, err)
 	}
-	if last < 0 {
-		return position{}, errNoSegments
+	if lastSeg < 0 {
+		return position{}, false, errNoSegments
 	}
-	if err := r.loadCheckpoint(ctx, false); err != nil {
+	if cpErr != nil {
 		r.errFn()
-		r.logger.Warn("Could not read WAL checkpoint; series defined only there will be unknown", "err", err)
+		r.logger.Warn("Could not read WAL checkpoint; series defined only there will be unknown", "err", cpErr)
 	}
+	if cpErr == nil && first > r.cpIndex+1 && !last {
+		if _, idx, err := wlog.LastCheckpoint(r.dir); err == nil && idx > r.cpIndex {
+			return position{}, true, nil // a newer checkpoint covers the gap
+		}
+	}
+	// Segments covered by the checkpoint are about to be deleted (or could
+	// be): their series that still matter are in the checkpoint.
+	from := max(first, r.cpIndex+1)
 	switch {
 	case !found:
-		start = position{Segment: first}
+		// A new queue starts at the oldest data that no truncation pass
+		// has already decided to delete.
+		start = position{Segment: min(from, lastSeg)}
+		r.fresh = true
 	case start.Segment < first:
 		r.logger.Warn("Saved remote-write position is in a segment the WAL already deleted; starting at the first segment, data in between is lost",
 			"saved_segment", start.Segment, "first_segment", first)
 		r.skipFn(first - start.Segment)
 		start = position{Segment: first}
-	case start.Segment > last:
+	case start.Segment > lastSeg:
 		r.logger.Warn("Saved remote-write position is beyond the end of the WAL (was the WAL removed or repaired?); starting at the first segment",
-			"saved_segment", start.Segment, "last_segment", last)
+			"saved_segment", start.Segment, "last_segment", lastSeg)
 		start = position{Segment: first}
 	}
-	for s := first; s < start.Segment; s++ {
+	if testHookOpen != nil {
+		testHookOpen("segments")
+	}
+	if start.Segment <= r.cpIndex {
+		// Starting inside segments the checkpoint covers (a limit is
+		// deleting them): their samples may refer to series the
+		// checkpoint dropped, defined in the segments before.
+		from = first
+	}
+	for s := from; s < start.Segment; s++ {
 		if err := ctx.Err(); err != nil {
-			return position{}, err
+			return position{}, false, err
 		}
 		if err := r.replaySegment(ctx, r.dir, s, s); err != nil {
+			if errors.Is(err, fs.ErrNotExist) && !last {
+				return position{}, true, nil // deleted by a pass that checkpointed it
+			}
 			r.errFn()
 			r.logger.Warn("Error reading series from WAL segment; series defined after the error are unknown", "segment", s, "err", err)
 		}
@@ -102,7 +175,7 @@ func (r *walReader) open(ctx context.Context, start position, found bool) (posit
 	r.seg = start.Segment
 	r.skipUntil = start.Offset
 	r.sealed = false
-	return start, nil
+	return start, false, nil
 }
 
 // replaySegment feeds every record of one complete segment to replayFn.
@@ -181,6 +254,7 @@ func (r *walReader) closeSegment() {
 func (r *walReader) advance(ctx context.Context, s int) {
 	r.closeSegment()
 	r.seg, r.skipUntil, r.sealed = s, 0, false
+	r.fresh = false
 	if err := r.loadCheckpoint(ctx, true); err != nil {
 		r.logger.Debug("Could not read new WAL checkpoint for series garbage collection", "err", err)
 	}
@@ -195,9 +269,15 @@ func (r *walReader) openCurrent(ctx context.Context) error {
 		return errNoSegments
 	}
 	if r.seg < first {
-		r.logger.Warn("WAL segments were deleted before remote write read them; data in them is lost",
-			"from_segment", r.seg, "first_segment", first)
-		r.skipFn(first - r.seg)
+		if r.fresh {
+			r.logger.Debug("The segment a new queue started at was truncated; starting at the oldest remaining one",
+				"from_segment", r.seg, "first_segment", first)
+		} else {
+			r.logger.Warn("WAL segments were deleted before remote write read them; data in them is lost",
+				"from_segment", r.seg, "first_segment", first)
+			r.skipFn(first - r.seg)
+		}
+		r.fresh = false
 		r.seg, r.skipUntil, r.sealed = first, 0, false
 		// The checkpoint holds the series of what was deleted.
 		if err := r.loadCheckpoint(ctx, false); err != nil {

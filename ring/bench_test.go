@@ -89,3 +89,21 @@ func BenchmarkNew(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkNewBounded measures a full bounded-load placement, which a node
+// recomputes whenever the participants or the published weights change.
+func BenchmarkNewBounded(b *testing.B) {
+	for _, nodes := range []int{10, 100} {
+		r := New(nodeNames(nodes), 0)
+		for _, targets := range []int{10_000, 100_000} {
+			ts := skewedLoads(targets, 61, true)
+			b.Run(fmt.Sprintf("nodes=%d/targets=%d", nodes, targets), func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					NewBounded(r, ts, 0, 1)
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(targets), "ns/target")
+			})
+		}
+	}
+}

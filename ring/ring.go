@@ -15,6 +15,12 @@
 // out of N moves about 1/N of the keys, and only to or from that node.
 //
 // A Ring is immutable once built and safe for concurrent use.
+//
+// Two load-aware variants build on the same tokens (docs/DESIGN.md,
+// "Placement"): NewWeighted gives each node its own token count (with equal
+// counts it is New), and NewBounded places weighted targets on a ring with
+// bounded loads, each node within c times the mean; WeightPolicy turns what
+// an owner measures of a target into the weight it publishes.
 package ring
 
 import (
@@ -38,7 +44,8 @@ type Ring struct {
 	tokens        []uint64  // sorted ascending
 	owner         []int32   // owner[i] is the index in nodes of tokens[i]
 	shares        []float64 // primary share of the key space, parallel to nodes
-	tokensPerNode int
+	counts        []int     // tokens of each node, parallel to nodes
+	tokensPerNode int       // the common count; 0 for a weighted ring whose counts differ
 }
 
 // New builds a ring from a set of node names with tokensPerNode tokens each
@@ -60,7 +67,20 @@ func New(nodes []string, tokensPerNode int) *Ring {
 	names = slices.Compact(names)
 	names = slices.Clip(names)
 
-	r := &Ring{nodes: names, tokensPerNode: tokensPerNode}
+	counts := make([]int, len(names))
+	for i := range counts {
+		counts[i] = tokensPerNode
+	}
+	return build(names, counts, tokensPerNode)
+}
+
+// build places node names[i] on the ring with counts[i] tokens: token j of
+// node n is xxhash64(n + "\x00" + decimal(j)). names must be sorted and
+// unique. A node's tokens are a prefix of the same sequence whatever its
+// count, so changing one node's count only adds or removes that node's
+// arcs. tokensPerNode is what TokensPerNode reports.
+func build(names []string, counts []int, tokensPerNode int) *Ring {
+	r := &Ring{nodes: names, counts: counts, tokensPerNode: tokensPerNode}
 	if len(names) == 0 {
 		return r
 	}
@@ -69,14 +89,17 @@ func New(nodes []string, tokensPerNode int) *Ring {
 		token uint64
 		node  int32
 	}
-	total := len(names) * tokensPerNode
+	total := 0
+	for _, c := range counts {
+		total += c
+	}
 	entries := make([]entry, 0, total)
 	var buf []byte
 	for ni, name := range names {
 		buf = append(buf[:0], name...)
 		buf = append(buf, 0)
 		prefix := len(buf)
-		for i := range tokensPerNode {
+		for i := range counts[ni] {
 			buf = strconv.AppendInt(buf[:prefix], int64(i), 10)
 			entries = append(entries, entry{token: xxhash.Sum64(buf), node: int32(ni)})
 		}
@@ -253,7 +276,8 @@ func (r *Ring) Tokens() int {
 	return len(r.tokens)
 }
 
-// TokensPerNode returns the number of tokens each node has.
+// TokensPerNode returns the number of tokens each node has; 0 for a ring
+// from NewWeighted whose nodes have different counts (see NodeTokens).
 func (r *Ring) TokensPerNode() int {
 	if r == nil {
 		return 0
@@ -262,13 +286,13 @@ func (r *Ring) TokensPerNode() int {
 }
 
 // Equal reports whether r and o place every key on the same owners: the same
-// node set with the same number of tokens per node. Two empty rings are
+// node set with the same number of tokens for each node. Two empty rings are
 // equal.
 func (r *Ring) Equal(o *Ring) bool {
 	if r.Len() == 0 || o.Len() == 0 {
 		return r.Len() == o.Len()
 	}
-	return r.tokensPerNode == o.tokensPerNode && slices.Equal(r.nodes, o.nodes)
+	return slices.Equal(r.nodes, o.nodes) && slices.Equal(r.counts, o.counts)
 }
 
 // SizeBytes returns the approximate memory held by the token table.
@@ -276,7 +300,7 @@ func (r *Ring) SizeBytes() int {
 	if r == nil {
 		return 0
 	}
-	n := cap(r.tokens)*8 + cap(r.owner)*4 + cap(r.shares)*8 + cap(r.nodes)*16
+	n := cap(r.tokens)*8 + cap(r.owner)*4 + cap(r.shares)*8 + cap(r.counts)*8 + cap(r.nodes)*16
 	for _, name := range r.nodes {
 		n += len(name)
 	}

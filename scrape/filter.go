@@ -6,13 +6,16 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/common/promslog"
 	"github.com/prometheus/prometheus/config"
 	"github.com/prometheus/prometheus/discovery/targetgroup"
@@ -47,9 +50,20 @@ type FilterOptions struct {
 	// HandoffDelay is how long a target that a ring change moved to this node
 	// is held back, so that its previous owner has stopped it and flushed its
 	// last samples first. 0 means DefaultHandoffDelay (2s); a negative value
-	// disables the delay. Brand-new targets and targets nobody else owned are
-	// never delayed.
+	// disables the delay. Without Handoff, brand-new targets and targets
+	// nobody else owned are never delayed. With Handoff it is the upper bound
+	// of the wait for Handoff.Released, for every gained target.
 	HandoffDelay time.Duration
+
+	// Handoff, when set, orders hand-offs: lost targets are fenced before
+	// anything else happens, and gained ones wait until Handoff.Released
+	// (or HandoffDelay). Every target passed on then carries UnitLabel.
+	Handoff Handoff
+
+	// ReplicaLabel, with a replication factor above 1, is the target label
+	// that gets this node's rank for the target ("0" for the primary, ...),
+	// so that every rank is one continuous series. Empty: no label.
+	ReplicaLabel string
 
 	// RingCoalesce is how long the Filter waits after a SetRing call before
 	// re-filtering, so that a burst of membership changes (a rollout, several
@@ -84,6 +98,24 @@ type ScrapeManager interface {
 	TargetsActive() map[string][]*promscrape.Target
 }
 
+// Handoff is what the Filter needs to hand targets over in order. The
+// placement package implements it.
+type Handoff interface {
+	// Fence makes sure this node appends nothing more of units; it returns
+	// once appends already under way are done.
+	Fence(ctx context.Context, units []Unit) error
+	// Fenced is called after every re-filter: every unit this node does not
+	// own under r (with participant as given) is fenced now.
+	Fenced(r *ring.Ring, participant bool)
+	// Released reports whether every peer that may still scrape a target
+	// gained under r has fenced it, so that this node may start.
+	Released(r *ring.Ring) bool
+	// Activate is called with the units about to be passed on to the scrape
+	// manager for the first time (gained, or gained back): they must be
+	// un-fenced, and their first samples ordered after the previous owners'.
+	Activate(units []Unit)
+}
+
 // TargetInfo describes one discovered target and its ownership, for the
 // status page and the targets APIs.
 type TargetInfo struct {
@@ -115,6 +147,8 @@ type Filter struct {
 
 	ringSignal chan struct{} // SetRing was called; capacity 1 coalesces
 	cfgSignal  chan struct{} // ApplyConfig was called
+	recheck    chan struct{} // Recheck was called
+	work       *handoffWork  // hand-off steps of the last re-filters, for Run
 
 	mu      sync.Mutex
 	cfgs    map[string]*config.ScrapeConfig
@@ -124,11 +158,16 @@ type Filter struct {
 	// owned are the keys passed on to the scrape manager; waiting are keys
 	// gained by a ring change and held back until the given time; known are
 	// the keys of every valid discovered target at the last re-filter.
-	owned     map[uint64]struct{}
-	waiting   map[uint64]time.Time
+	owned     map[uint64]int // key -> rank
+	waiting   map[uint64]waitEntry
 	known     map[uint64]struct{}
 	refilters int  // for tests: how many re-filters ran
 	resend    bool // the job set changed: send even if no target moved
+}
+
+type waitEntry struct {
+	due  time.Time
+	rank int
 }
 
 type ringState struct {
@@ -146,15 +185,16 @@ func (s ringState) owners(key uint64, buf []string) []string {
 	return s.ring.Owners(key, s.rf, buf)
 }
 
-// owns reports whether s.self scrapes key under s.
-func (s ringState) owns(key uint64, buf []string) bool {
+// rank reports whether s.self scrapes key under s, and as which rank.
+func (s ringState) rank(key uint64, buf []string) (int, bool) {
 	if !s.participant {
-		return false
+		return 0, false
 	}
 	if s.ring == nil {
-		return true
+		return 0, true
 	}
-	return slices.Contains(s.ring.Owners(key, s.rf, buf), s.self)
+	i := slices.Index(s.ring.Owners(key, s.rf, buf), s.self)
+	return i, i >= 0
 }
 
 // ownedByOther reports whether some node other than s.self owned key under
@@ -207,11 +247,12 @@ func NewFilter(opts FilterOptions, mgr ScrapeManager, logger *slog.Logger, reg p
 		metrics:    newMetrics(reg, logger),
 		ringSignal: make(chan struct{}, 1),
 		cfgSignal:  make(chan struct{}, 1),
+		recheck:    make(chan struct{}, 1),
 		cfgs:       map[string]*config.ScrapeConfig{},
 		jobs:       map[string]*jobState{},
 		latest:     ringState{rf: 1, participant: true},
-		owned:      map[uint64]struct{}{},
-		waiting:    map[uint64]time.Time{},
+		owned:      map[uint64]int{},
+		waiting:    map[uint64]waitEntry{},
 		known:      map[uint64]struct{}{},
 	}
 	f.applied = f.latest
@@ -277,6 +318,15 @@ func (f *Filter) SetRing(r *ring.Ring, self string, replicationFactor int, parti
 	}
 }
 
+// Recheck asks the Filter to look again whether held-back targets may
+// start (FilterOptions.Handoff's answer may have changed).
+func (f *Filter) Recheck() {
+	select {
+	case f.recheck <- struct{}{}:
+	default:
+	}
+}
+
 // Run reads discovery updates from in and writes the owned targets to out
 // until ctx is done or in is closed; it returns nil then. Each update maps job
 // names to all of that job's target groups; jobs missing from an update keep
@@ -296,6 +346,7 @@ func (f *Filter) Run(ctx context.Context, in <-chan map[string][]*targetgroup.Gr
 			if changed {
 				unsent = res
 			}
+			f.handoff(ctx, &unsent, out)
 			if handoff != nil {
 				handoff.Stop()
 				handoff, handoffC = nil, nil
@@ -331,6 +382,13 @@ func (f *Filter) Run(ctx context.Context, in <-chan map[string][]*targetgroup.Gr
 			refiltered()
 		case <-f.cfgSignal:
 			refiltered()
+		case <-f.recheck:
+			f.mu.Lock()
+			n := len(f.waiting)
+			f.mu.Unlock()
+			if n > 0 {
+				refiltered()
+			}
 		case <-f.ringSignal:
 			if coalesceC == nil {
 				coalesce = time.NewTimer(f.opts.RingCoalesce)
@@ -433,11 +491,22 @@ func (f *Filter) refilter(now time.Time) (out map[string][]*targetgroup.Group, c
 	var (
 		buf        = make([]string, 0, max(cur.rf, prev.rf))
 		known      = f.known
-		owned      = make(map[uint64]struct{}, len(f.owned))
-		waiting    = map[uint64]time.Time{}
+		owned      = make(map[uint64]int, len(f.owned))
+		waiting    = map[uint64]waitEntry{}
 		movedIn    int
 		ownedByJob = map[string]int{}
+		h          = f.opts.Handoff
+		activated  []Unit
+		released   *bool // Handoff.Released(cur.ring), asked once when needed
+		timedOut   int
 	)
+	isReleased := func() bool {
+		if released == nil {
+			r := h.Released(cur.ring)
+			released = &r
+		}
+		return *released
+	}
 	if rebuildKnown {
 		known = make(map[uint64]struct{}, len(f.known))
 	}
@@ -473,36 +542,54 @@ func (f *Filter) refilter(now time.Time) (out map[string][]*targetgroup.Group, c
 			// already decided.
 			_, active := owned[e.key]
 			_, held := waiting[e.key]
-			if !active && !held && cur.owns(e.key, buf) {
-				_, wasOwned := f.owned[e.key]
-				due, wasWaiting := f.waiting[e.key]
+			if rank, mine := cur.rank(e.key, buf); !active && !held && mine {
+				oldRank, wasOwned := f.owned[e.key]
+				w, wasWaiting := f.waiting[e.key]
+				wasWaiting = wasWaiting && w.rank == rank
 				_, wasKnown := f.known[e.key]
+				gained := false
 				switch {
-				case wasOwned:
+				case wasOwned && oldRank == rank:
 					active = true
-				case wasWaiting && !now.Before(due):
-					active = true
-					movedIn++
-				case wasWaiting:
-					waiting[e.key] = due
-				case wasKnown && f.opts.HandoffDelay > 0 && prev.ownedByOther(e.key, buf):
-					// Someone else was scraping it: give them time to stop.
-					waiting[e.key] = now.Add(f.opts.HandoffDelay)
-				default:
-					// Brand new, or nobody else had it.
-					active = true
-					if wasKnown {
-						movedIn++
+				case wasWaiting && h != nil && isReleased():
+					active, gained = true, true
+				case wasWaiting && !now.Before(w.due):
+					active, gained = true, true
+					if h != nil {
+						timedOut++
 					}
+				case wasWaiting:
+					waiting[e.key] = w
+				case h != nil && f.opts.HandoffDelay > 0 && !isReleased():
+					// A peer may still be scraping it: wait until every
+					// peer has fenced this ring, or the delay.
+					waiting[e.key] = waitEntry{due: now.Add(f.opts.HandoffDelay), rank: rank}
+				case h == nil && wasKnown && f.opts.HandoffDelay > 0 && prev.ownedByOther(e.key, buf):
+					// Someone else was scraping it: give them time to stop.
+					waiting[e.key] = waitEntry{due: now.Add(f.opts.HandoffDelay), rank: rank}
+				default:
+					// Nobody else can be scraping it.
+					active = true
+					gained = wasKnown
 				}
 				if active {
-					owned[e.key] = struct{}{}
+					owned[e.key] = rank
 					ownedByJob[job]++
+					if gained {
+						movedIn++
+					}
+					if h != nil && !(wasOwned && oldRank == rank) {
+						activated = append(activated, Unit{Key: e.key, Rank: rank})
+					}
 				}
 			}
 			if active {
 				g := filtered[e.group]
-				g.Targets = append(g.Targets, js.groups[e.group].Targets[e.index])
+				tl := js.groups[e.group].Targets[e.index]
+				if h != nil {
+					tl = f.decorate(tl, Unit{Key: e.key, Rank: owned[e.key]}, cur.rf)
+				}
+				g.Targets = append(g.Targets, tl)
 			}
 		}
 		out[job] = filtered
@@ -511,9 +598,12 @@ func (f *Filter) refilter(now time.Time) (out map[string][]*targetgroup.Group, c
 
 	// Targets we scraped and that are still discovered but no longer ours
 	// are hand-offs; the rest simply went away.
-	var handoff map[uint64]struct{}
-	for k := range f.owned {
-		if _, still := owned[k]; still {
+	var (
+		handoff map[uint64]struct{}
+		lost    []Unit
+	)
+	for k, r := range f.owned {
+		if nr, still := owned[k]; still && nr == r {
 			continue
 		}
 		changed = true
@@ -522,19 +612,36 @@ func (f *Filter) refilter(now time.Time) (out map[string][]*targetgroup.Group, c
 				handoff = map[uint64]struct{}{}
 			}
 			handoff[k] = struct{}{}
+			lost = append(lost, Unit{Key: k, Rank: r})
 		}
 	}
 	if movedIn > 0 || len(owned) != len(f.owned) {
 		changed = true
 	}
-	for _, due := range waiting {
-		if next.IsZero() || due.Before(next) {
-			next = due
+	for _, w := range waiting {
+		if next.IsZero() || w.due.Before(next) {
+			next = w.due
 		}
 	}
 	f.owned, f.waiting, f.known, f.applied = owned, waiting, known, cur
 	mgr := f.mgr
 	f.mu.Unlock()
+
+	if h != nil {
+		f.mu.Lock()
+		if f.work == nil {
+			f.work = &handoffWork{}
+		}
+		f.work.lost = append(f.work.lost, lost...)
+		f.work.activated = append(f.work.activated, activated...)
+		f.work.ring, f.work.participant = cur.ring, cur.participant
+		f.mu.Unlock()
+		if timedOut > 0 {
+			f.metrics.gateTimeouts.Add(float64(timedOut))
+			f.logger.Warn("Started gained targets after --cluster.handoff-delay without every peer having fenced them",
+				"targets", timedOut, "delay", f.opts.HandoffDelay)
+		}
+	}
 
 	if ringChanged {
 		f.metrics.setRing(cur)
@@ -555,6 +662,102 @@ func (f *Filter) refilter(now time.Time) (out map[string][]*targetgroup.Group, c
 			"waiting_for_handoff", len(waiting), "delay", f.opts.HandoffDelay)
 	}
 	return out, changed, next
+}
+
+// handoffWork is what a re-filter leaves for Run to do with Handoff.
+type handoffWork struct {
+	lost, activated []Unit
+	ring            *ring.Ring
+	participant     bool
+}
+
+// StopWait bounds how long a lost target's scrape loop is given to stop
+// (the scrape manager applies new targets at its next reload tick) before
+// the fence makes its appenders write nothing: a scrape that the target
+// served but the fence discarded is a lost sample.
+const StopWait = time.Second
+
+// handoff runs the hand-off steps of the last re-filters, in the order that
+// keeps the receiver's view ordered: un-fence and hold gained units before
+// the scrape manager may start them; pass on the targets without the lost
+// units, let their loops stop, fence them (whatever is still running is cut
+// off at the appender), and only then announce the fence.
+func (f *Filter) handoff(ctx context.Context, unsent *map[string][]*targetgroup.Group, out chan<- map[string][]*targetgroup.Group) {
+	h := f.opts.Handoff
+	f.mu.Lock()
+	w := f.work
+	f.work = nil
+	f.mu.Unlock()
+	if h == nil || w == nil {
+		return
+	}
+	if len(w.activated) > 0 {
+		h.Activate(w.activated)
+	}
+	if len(w.lost) > 0 {
+		if *unsent != nil {
+			select {
+			case out <- *unsent:
+				*unsent = nil
+			case <-ctx.Done():
+				return
+			}
+		}
+		if f.mgr != nil {
+			f.awaitStopped(ctx, w.lost)
+		}
+		if err := h.Fence(ctx, w.lost); err != nil {
+			f.logger.Warn("Fencing handed-off targets did not complete", "err", err)
+			return
+		}
+	}
+	h.Fenced(w.ring, w.participant)
+}
+
+// awaitStopped waits, for at most StopWait, until the scrape manager has
+// none of units active any more.
+func (f *Filter) awaitStopped(ctx context.Context, units []Unit) {
+	want := make(map[string]struct{}, len(units))
+	for _, u := range units {
+		want[u.String()] = struct{}{}
+	}
+	deadline := time.NewTimer(StopWait)
+	defer deadline.Stop()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		running := 0
+		for _, ts := range f.mgr.TargetsActive() {
+			for _, t := range ts {
+				if _, ok := want[t.GetValue(UnitLabel)]; ok {
+					running++
+				}
+			}
+		}
+		if running == 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-deadline.C:
+			f.logger.Debug("Scrape loops of handed-off targets still running; fencing them anyway", "running", running)
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// decorate returns tl with the hand-off unit and, with a replication factor
+// above 1, the replica label set.
+func (f *Filter) decorate(tl model.LabelSet, u Unit, rf int) model.LabelSet {
+	out := make(model.LabelSet, len(tl)+2)
+	maps.Copy(out, tl)
+	out[UnitLabel] = model.LabelValue(u.String())
+	if rf > 1 && f.opts.ReplicaLabel != "" {
+		out[model.LabelName(f.opts.ReplicaLabel)] = model.LabelValue(strconv.Itoa(u.Rank))
+	}
+	return out
 }
 
 // disableStaleness finds the running scrape targets with the given keys and

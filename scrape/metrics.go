@@ -15,6 +15,9 @@ type metrics struct {
 	movedOut   prometheus.Counter
 	ringTokens prometheus.Gauge
 	ownership  prometheus.Gauge
+	// gateTimeouts counts gained targets started by --cluster.handoff-delay
+	// rather than by every peer having fenced them.
+	gateTimeouts prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, logger *slog.Logger) *metrics {
@@ -45,9 +48,13 @@ func newMetrics(reg prometheus.Registerer, logger *slog.Logger) *metrics {
 			Name: "shoal_ring_ownership_ratio",
 			Help: "Share of the key space this node owns, counting replicas (about replication factor / participants).",
 		}),
+		gateTimeouts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "shoal_handoff_delay_expired_total",
+			Help: "Gained targets started because --cluster.handoff-delay passed before every peer had fenced them.",
+		}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.discovered, m.owned, m.invalid, moved, m.ringTokens, m.ownership} {
+		for _, c := range []prometheus.Collector{m.discovered, m.owned, m.invalid, moved, m.ringTokens, m.ownership, m.gateTimeouts} {
 			if err := reg.Register(c); err != nil {
 				// A second Filter on the same registry is a wiring bug, not a
 				// reason to crash: keep counting, unexported.

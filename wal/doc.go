@@ -83,9 +83,12 @@
 //     Options.RotateAfter, so that a quiet WAL still ages out;
 //  3. keeps every segment from min(PendingSegment, live segment) on, except
 //     that segments whose newest sample is older than Options.MaxAge go even
-//     if a reader needs them (counted in
-//     shoal_wal_segments_dropped_unsent_total). The newest sample per segment
-//     is tracked on write and on replay, else the file's mtime is used;
+//     if a reader needs them, and so do the oldest while the kept segments
+//     and the newest checkpoint exceed Options.MaxSize (both counted in
+//     shoal_wal_segments_dropped_unsent_total and
+//     shoal_wal_bytes_dropped_unsent_total, and logged once per episode,
+//     until every reader is in the live segment). The newest sample per
+//     segment is tracked on write and on replay, else the file's mtime is used;
 //  4. if anything is to go, writes checkpoint.N (N = last deleted segment)
 //     with wlog.Checkpoint from the previous checkpoint and those segments,
 //     keeping the series records of live series and of forgotten series
@@ -93,6 +96,11 @@
 //     and no samples (every reader has passed them); then deletes the
 //     segments and older checkpoints. If the checkpoint fails nothing is
 //     deleted.
+//
+// Series GC also gives memory back: the lock-free ref index turns pages left
+// at most 1/8 full into sparse pages, and the striped hash maps and the map
+// of forgotten refs are rebuilt once they shrank under a quarter of their
+// peak (Go maps never shrink by themselves).
 //
 // # Durability (fsync policy)
 //
@@ -125,7 +133,8 @@
 //	shoal_wal_truncations_total              counter truncation passes that deleted segments
 //	shoal_wal_truncation_failures_total      counter truncation passes that failed
 //	shoal_wal_checkpoint_failures_total      counter checkpoints that could not be written
-//	shoal_wal_segments_dropped_unsent_total  counter segments deleted past MaxAge while a reader needed them
+//	shoal_wal_segments_dropped_unsent_total  counter segments deleted past MaxAge or MaxSize while a reader needed them
+//	shoal_wal_bytes_dropped_unsent_total     counter bytes of those segments
 //
 // wlog registers its own prometheus_tsdb_wal_* metrics (fsync duration,
 // page flushes, failed writes, ...) on the same Registerer.

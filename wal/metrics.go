@@ -26,6 +26,7 @@ type metrics struct {
 	truncationFailures  prometheus.Counter
 	checkpointFailures  prometheus.Counter
 	droppedUnsent       prometheus.Counter
+	droppedUnsentBytes  prometheus.Counter
 	seriesCreated       prometheus.Counter
 	seriesGC            prometheus.Counter
 }
@@ -71,7 +72,8 @@ func newMetrics(s *Storage, reg prometheus.Registerer) (*metrics, error) {
 	m.truncations = counter("shoal_wal_truncations_total", "Truncation passes that deleted segments.")
 	m.truncationFailures = counter("shoal_wal_truncation_failures_total", "Truncation passes that failed.")
 	m.checkpointFailures = counter("shoal_wal_checkpoint_failures_total", "Checkpoints that could not be written (no segment is deleted then).")
-	m.droppedUnsent = counter("shoal_wal_segments_dropped_unsent_total", "Segments deleted because they were older than the max age while a reader still needed them.")
+	m.droppedUnsent = counter("shoal_wal_segments_dropped_unsent_total", "Segments deleted while a reader still needed them, because they were older than the max age or the WAL was over its max size.")
+	m.droppedUnsentBytes = counter("shoal_wal_bytes_dropped_unsent_total", "Bytes of the segments counted in shoal_wal_segments_dropped_unsent_total.")
 	m.seriesCreated = counter("shoal_wal_series_created_total", "Series created in the WAL.")
 	m.seriesGC = counter("shoal_wal_series_gc_total", "Series forgotten because they had no sample for the series GC age.")
 

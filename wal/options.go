@@ -8,7 +8,8 @@ import (
 	"github.com/prometheus/prometheus/util/compression"
 )
 
-// Defaults for Options. A zero (or negative) field in Options means "use the default".
+// Defaults for Options. A zero (or negative) field in Options means "use the
+// default", except MaxSize, where zero means no limit and negative is an error.
 const (
 	// DefaultSegmentSize is the size at which a segment is closed and the next one started.
 	DefaultSegmentSize = wlog.DefaultSegmentSize
@@ -48,6 +49,14 @@ type Options struct {
 	// rejected on append with storage.ErrOutOfBounds. Default 24h.
 	MaxAge time.Duration
 
+	// MaxSize bounds the WAL's disk use while a reader is behind: when the
+	// segments a reader still needs, the live one and the newest checkpoint
+	// take more than MaxSize bytes, the oldest of them are deleted at the
+	// next truncation even if unsent (counted like MaxAge's). Checked every
+	// TruncateInterval, so the WAL can exceed it by what is written in
+	// between. Zero: no size limit. It must be at least two segments.
+	MaxSize int64
+
 	// SeriesGCAge: a series that has had no committed sample for this long is
 	// forgotten at the next truncation. A later sample for the same labels
 	// creates it again under a new ref (and a new series record). Default 1h;
@@ -77,6 +86,10 @@ type Options struct {
 	// (e.g. no remote_write configured): every segment but the live one may go.
 	// A nil PendingSegment behaves like ok=false.
 	PendingSegment func() (segment int, ok bool)
+
+	// OnReplay, if set, is called by Open before it replays segment k of n,
+	// so that readiness can say how far the replay is.
+	OnReplay func(k, n int)
 }
 
 // DefaultOptions returns Options with every default filled in.
@@ -112,6 +125,12 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.MaxAge <= 0 {
 		o.MaxAge = d.MaxAge
+	}
+	if o.MaxSize < 0 {
+		return o, fmt.Errorf("wal: max size %d is negative (0 means no size limit)", o.MaxSize)
+	}
+	if o.MaxSize > 0 && o.MaxSize < 2*int64(o.SegmentSize) {
+		return o, fmt.Errorf("wal: max size %d bytes is less than two segments of %d bytes (lower the segment size or raise the max size)", o.MaxSize, o.SegmentSize)
 	}
 	if o.SeriesGCAge <= 0 {
 		o.SeriesGCAge = d.SeriesGCAge

@@ -3,6 +3,7 @@ package wal
 import (
 	"bytes"
 	"os"
+	"slices"
 	"testing"
 
 	"github.com/prometheus/prometheus/storage"
@@ -91,6 +92,25 @@ func TestTornTailIsRepaired(t *testing.T) {
 			w = openTest(t, dir, opts, clock)
 			if n := w.counter(t, "shoal_wal_corruptions_repaired_total"); n != 1 {
 				t.Fatalf("corruptions repaired = %v, want 1", n)
+			}
+			// The repair record keeps the cut: the kept records end before
+			// its offset, at the offsets they had, so a reader's position at
+			// or before the cut stays exact.
+			rep, err := ReadRepairs(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.Segment != last || rep.Offset <= ends[kept-1] {
+				t.Fatalf("repair record %+v, want segment %d and an offset past the last kept record's end %d", rep, last, ends[kept-1])
+			}
+			if got := recordEnds(t, dir, last); !slices.Equal(got, ends[:kept]) {
+				t.Fatalf("repaired segment's records end at %v, want the original %v", got, ends[:kept])
+			}
+			if _, _, past := rep.Cut(last, ends[kept-1]); past {
+				t.Fatal("a position at the last kept record counts as past the cut")
+			}
+			if seg, off, past := rep.Cut(last+1, 10); !past || seg != last || off != rep.Offset {
+				t.Fatalf("Cut(next segment) = %d/%d/%v, want back to the cut", seg, off, past)
 			}
 			if w.ActiveSeries() != len(series) {
 				t.Fatalf("active series = %d, want %d", w.ActiveSeries(), len(series))

@@ -62,7 +62,10 @@ type stripeSeries struct {
 type hashStripe struct {
 	sync.RWMutex
 	m map[uint64][]*memSeries // several entries only on hash collisions
-	_ [32]byte                // keep neighbouring stripes off one cache line
+	// peak is the most entries m held since it was made: Go maps never
+	// give their buckets back, so gc rebuilds m once it shrank well below.
+	peak int
+	_    [24]byte // keep neighbouring stripes off one cache line
 }
 
 const stripeCount = 4096 // power of two
@@ -116,6 +119,7 @@ func (s *stripeSeries) getOrSet(ms *memSeries) (_ *memSeries, created bool) {
 		}
 	}
 	st.m[ms.hash] = append(st.m[ms.hash], ms)
+	st.peak = max(st.peak, len(st.m))
 	st.Unlock()
 	s.refs.set(ms.ref, ms)
 	return ms, true
@@ -157,6 +161,9 @@ func (s *stripeSeries) gc(cutoff int64) []*memSeries {
 		}
 		ms.mu.Unlock()
 	})
+	if len(victims) > 0 {
+		s.refs.compactLocked()
+	}
 	s.refs.mu.Unlock()
 	for _, ms := range victims {
 		st := &s.hashes[ms.hash&s.mask]
@@ -175,6 +182,20 @@ func (s *stripeSeries) gc(cutoff int64) []*memSeries {
 		}
 		st.Unlock()
 	}
+	// Shrink once all victims are out: shrinking on the way down would
+	// leave maps sized for some midpoint.
+	touched := make([]bool, len(s.hashes))
+	for _, ms := range victims {
+		touched[ms.hash&s.mask] = true
+	}
+	for i, t := range touched {
+		if t {
+			st := &s.hashes[i]
+			st.Lock()
+			st.m = shrink(st.m, &st.peak)
+			st.Unlock()
+		}
+	}
 	return victims
 }
 
@@ -190,4 +211,24 @@ func (s *stripeSeries) forEach(f func(*memSeries)) {
 		}
 		st.RUnlock()
 	}
+}
+
+// shrinkMin is the smallest peak worth rebuilding a map for.
+const shrinkMin = 64
+
+// shrink returns m, or a copy of it sized to its contents once it holds
+// fewer than a quarter of its peak entries (and resets peak): a Go map
+// keeps the memory of its largest size. The quarter keeps the copying
+// amortised: a map is copied only after three times its new size in
+// deletions.
+func shrink[K comparable, V any](m map[K]V, peak *int) map[K]V {
+	if *peak < shrinkMin || len(m) >= *peak/4 {
+		return m
+	}
+	out := make(map[K]V, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	*peak = len(out)
+	return out
 }

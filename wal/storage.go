@@ -57,6 +57,10 @@ type Storage struct {
 	// segment that may hold a record referring to them: the checkpoint keeps
 	// their series record until truncation has passed that segment.
 	deleted map[chunks.HeadSeriesRef]int // truncMu (and Open)
+	// deletedPeak is the most entries deleted held since it was made (see shrink).
+	deletedPeak int // truncMu (and Open)
+	// unsent tracks the current episode of deleting unsent data, to log it once.
+	unsent unsentEpisode // truncMu
 }
 
 var (
@@ -207,6 +211,9 @@ func (s *Storage) replay() error {
 	n := last - from + 1
 	for i := from; i <= last; i++ {
 		s.logger.Info(fmt.Sprintf("replaying WAL segment %d of %d", i-from+1, n), "segment", i)
+		if s.opts.OnReplay != nil {
+			s.opts.OnReplay(i-from+1, n)
+		}
 		err := r.readSegment(i)
 		if err == nil {
 			continue
@@ -221,13 +228,14 @@ func (s *Storage) replay() error {
 			return fmt.Errorf("wal: repair segment %d: %w", cerr.Segment, err)
 		}
 		// Segment numbers after the cut are reused: tell remote-write queues.
-		if err := recordRepair(s.dir, cerr.Segment); err != nil {
+		if err := recordRepair(s.dir, cerr.Segment, cerr.Offset); err != nil {
 			return fmt.Errorf("wal: recording the repair of segment %d: %w", cerr.Segment, err)
 		}
 		s.metrics.corruptionsRepaired.Inc()
 		break // Repair removed everything after the damage.
 	}
 
+	s.deletedPeak = len(s.deleted)
 	s.nextRef.Store(uint64(r.maxRef))
 	s.maxLoggedRef.Store(uint64(r.maxRef))
 	d := time.Since(start)

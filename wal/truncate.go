@@ -65,18 +65,17 @@ func (s *Storage) truncate(now time.Time) error {
 	if needed && pending < keepFrom {
 		keepFrom = max(pending, first)
 	}
-	// Past MaxAge, segments go even if a reader still needs them.
+	// Past MaxAge or MaxSize, segments go even if a reader still needs them.
+	wanted := keepFrom
 	cutoff := now.Add(-s.opts.MaxAge).UnixMilli()
 	for keepFrom < live && s.segmentMaxT(keepFrom) < cutoff {
 		keepFrom++
 	}
-	if needed && keepFrom > pending {
-		if n := keepFrom - max(pending, first); n > 0 {
-			s.metrics.droppedUnsent.Add(float64(n))
-			s.logger.Warn("deleting WAL segments older than max age that a reader has not sent",
-				"segments", n, "first", max(pending, first), "last", keepFrom-1, "max_age", s.opts.MaxAge)
-		}
+	byAge := keepFrom
+	if s.opts.MaxSize > 0 {
+		keepFrom = s.fitSize(keepFrom, live)
 	}
+	s.noteUnsent(needed, pending, first, live, wanted, byAge, keepFrom)
 	if keepFrom <= first {
 		return nil
 	}
@@ -101,6 +100,7 @@ func (s *Storage) truncate(now time.Time) error {
 			delete(s.deleted, ref)
 		}
 	}
+	s.deleted = shrink(s.deleted, &s.deletedPeak)
 	s.commitMu.Lock()
 	for seg := range s.segMaxT {
 		if seg < keepFrom {
@@ -129,6 +129,7 @@ func (s *Storage) gc(now time.Time) {
 		}
 	}
 	s.commitMu.Unlock()
+	s.deletedPeak = max(s.deletedPeak, len(s.deleted))
 	s.numSeries.Add(-int64(len(victims)))
 	s.metrics.seriesGC.Add(float64(len(victims)))
 	s.logger.Debug("forgot idle series", "count", len(victims))
@@ -164,4 +165,94 @@ func (s *Storage) segmentMaxT(i int) int64 {
 		return math.MaxInt64 // unknown: keep it
 	}
 	return fi.ModTime().UnixMilli()
+}
+
+// fitSize returns the lowest segment to keep, from keepFrom on, so that the
+// segments from it to live and the newest checkpoint fit in MaxSize. The
+// live segment always stays.
+func (s *Storage) fitSize(keepFrom, live int) int {
+	sizes := make([]int64, live-keepFrom+1)
+	var total int64
+	for i := range sizes {
+		if fi, err := os.Stat(wlog.SegmentName(s.dir, keepFrom+i)); err == nil {
+			sizes[i] = fi.Size()
+			total += sizes[i]
+		}
+	}
+	if cp, _, err := wlog.LastCheckpoint(s.dir); err == nil {
+		total += dirBytes(cp)
+	}
+	for i := 0; keepFrom < live && total > s.opts.MaxSize; i++ {
+		total -= sizes[i]
+		keepFrom++
+	}
+	return keepFrom
+}
+
+// dirBytes is the size of the files in dir (0 on error).
+func dirBytes(dir string) int64 {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return 0
+	}
+	var n int64
+	for _, e := range entries {
+		if info, err := e.Info(); err == nil && !e.IsDir() {
+			n += info.Size()
+		}
+	}
+	return n
+}
+
+// noteUnsent counts and logs the segments a pass deletes although a reader
+// still needs them (pending up to keepFrom-1): byAge of them were past
+// MaxAge, the rest over MaxSize (wanted is where the pass would start
+// without the limits). A warning opens an episode; later passes of the
+// same episode log at debug level, and the episode ends, with one info
+// line, once every reader has reached the live segment.
+func (s *Storage) noteUnsent(needed bool, pending, first, live, wanted, byAge, keepFrom int) {
+	from := max(pending, first)
+	n := keepFrom - from
+	if !needed || n <= 0 {
+		if s.unsent.active && (!needed || pending >= live) {
+			s.logger.Info("remote write caught up; WAL limits no longer drop data",
+				"segments_dropped", s.unsent.segments, "bytes_dropped", s.unsent.bytes, "since", s.unsent.since)
+			s.unsent = unsentEpisode{}
+		}
+		return
+	}
+	var bytes int64
+	for i := from; i < keepFrom; i++ {
+		if fi, err := os.Stat(wlog.SegmentName(s.dir, i)); err == nil {
+			bytes += fi.Size()
+		}
+	}
+	s.metrics.droppedUnsent.Add(float64(n))
+	s.metrics.droppedUnsentBytes.Add(float64(bytes))
+	reason := "max_age"
+	switch {
+	case byAge <= wanted:
+		reason = "max_size"
+	case keepFrom > byAge:
+		reason = "max_age and max_size"
+	}
+	args := []any{"segments", n, "first", from, "last", keepFrom - 1, "bytes", bytes, "reason", reason,
+		"max_age", s.opts.MaxAge, "max_size", s.opts.MaxSize}
+	if s.unsent.active {
+		s.logger.Debug("deleting more unsent WAL segments", args...)
+	} else {
+		s.logger.Warn("deleting WAL segments a reader has not sent, to stay within the WAL's limits (--storage.wal.max-age, --storage.wal.max-size); "+
+			"further deletions are logged at debug level until the reader catches up", args...)
+		s.unsent = unsentEpisode{active: true, since: s.now()}
+	}
+	s.unsent.segments += n
+	s.unsent.bytes += bytes
+}
+
+// unsentEpisode is a stretch of truncation passes that delete unsent data.
+type unsentEpisode struct {
+	active   bool
+	since    time.Time
+	segments int
+	bytes    int64
 }

@@ -1,12 +1,16 @@
 package wal
 
 import (
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/storage"
 	"github.com/prometheus/prometheus/tsdb/chunks"
@@ -316,5 +320,153 @@ func TestCheckpointCorruptionIsAnError(t *testing.T) {
 	// Segments were not touched by a repair attempt.
 	if _, l := segmentRange(t, dir); l < last {
 		t.Errorf("segments deleted after a checkpoint error: last %d -> %d", last, l)
+	}
+}
+
+// logLines collects log records at info level and above.
+type logLines struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logLines) handler() slog.Handler {
+	return slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.lines = append(l.lines, string(p))
+		return len(p), nil
+	}), &slog.HandlerOptions{Level: slog.LevelInfo})
+}
+
+func (l *logLines) count(substr string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, s := range l.lines {
+		if strings.Contains(s, substr) {
+			n++
+		}
+	}
+	return n
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// walBytes is what MaxSize bounds: segments from first on and the newest checkpoint.
+func walBytes(t *testing.T, dir string) int64 {
+	t.Helper()
+	first, last := segmentRange(t, dir)
+	var n int64
+	for i := first; i <= last; i++ {
+		fi, err := os.Stat(wlog.SegmentName(dir, i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += fi.Size()
+	}
+	if cp, _, err := wlog.LastCheckpoint(dir); err == nil {
+		n += dirBytes(cp)
+	}
+	return n
+}
+
+func TestMaxSizeDropsOldestUnsentSegments(t *testing.T) {
+	dir := t.TempDir()
+	opts := smallOpts()
+	opts.MaxSize = 5 * int64(opts.SegmentSize)
+	var pending atomic.Int64 // a reader stuck at segment 0 (the remote end is down)
+	opts.PendingSegment = func() (int, bool) { return int(pending.Load()), true }
+	var logs logLines
+	clock := newFakeClock()
+	reg := prometheus.NewRegistry()
+	s, err := open(dir, opts, slog.New(logs.handler()), reg, clock.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	w := &testWAL{Storage: s, reg: reg, clock: clock}
+	series := makeSeries(50, "m")
+
+	// Within the limit: nothing goes, however long the reader waits (MaxAge is far).
+	fillUntil(t, w, series, time.Second, 3)
+	if err := w.Truncate(); err != nil {
+		t.Fatal(err)
+	}
+	if first, _ := segmentRange(t, dir); first != 0 {
+		t.Fatalf("a WAL within its max size lost segments 0-%d", first-1)
+	}
+	if n := w.counter(t, "shoal_wal_segments_dropped_unsent_total"); n != 0 {
+		t.Fatalf("dropped unsent = %v within the limit", n)
+	}
+
+	// Over it: the oldest go, counted (segments and bytes), logged once.
+	fillUntil(t, w, series, time.Second, 9)
+	over := walBytes(t, dir)
+	if err := w.Truncate(); err != nil {
+		t.Fatal(err)
+	}
+	first, last := segmentRange(t, dir)
+	if first == 0 || walBytes(t, dir) > opts.MaxSize {
+		t.Fatalf("after truncation segments %d-%d take %d bytes (before %d), want at most %d", first, last, walBytes(t, dir), over, opts.MaxSize)
+	}
+	if first < last-5 || first > last-3 {
+		t.Fatalf("kept segments %d-%d: more went than the limit needs", first, last)
+	}
+	if n := w.counter(t, "shoal_wal_segments_dropped_unsent_total"); n != float64(first) {
+		t.Fatalf("dropped unsent = %v, want %d", n, first)
+	}
+	if b := w.counter(t, "shoal_wal_bytes_dropped_unsent_total"); b < float64(first)*float64(opts.SegmentSize)/2 {
+		t.Fatalf("bytes dropped unsent = %v for %d segments", b, first)
+	}
+	// The series the kept segments refer to are in the checkpoint.
+	if _, idx := lastCheckpoint(t, dir); idx != first-1 {
+		t.Fatalf("checkpoint %d, want %d", idx, first-1)
+	}
+
+	// The outage goes on: more goes, no new warning.
+	fillUntil(t, w, series, time.Second, last+3)
+	if err := w.Truncate(); err != nil {
+		t.Fatal(err)
+	}
+	first2, _ := segmentRange(t, dir)
+	if first2 <= first {
+		t.Fatal("the WAL kept growing past its max size")
+	}
+	if n := w.counter(t, "shoal_wal_segments_dropped_unsent_total"); n != float64(first2) {
+		t.Fatalf("dropped unsent = %v, want %d", n, first2)
+	}
+	if n := logs.count("deleting WAL segments a reader has not sent"); n != 1 {
+		t.Fatalf("%d warnings for one episode, want 1", n)
+	}
+
+	// The reader catches up: the episode ends; the next one warns again.
+	_, live := segmentRange(t, dir)
+	pending.Store(int64(live))
+	if err := w.Truncate(); err != nil {
+		t.Fatal(err)
+	}
+	if n := logs.count("remote write caught up"); n != 1 {
+		t.Fatalf("%d caught-up lines, want 1", n)
+	}
+	pending.Store(int64(live))
+	fillUntil(t, w, series, time.Second, live+7)
+	if err := w.Truncate(); err != nil {
+		t.Fatal(err)
+	}
+	if n := logs.count("deleting WAL segments a reader has not sent"); n != 2 {
+		t.Fatalf("%d warnings after a second episode, want 2", n)
+	}
+}
+
+func TestMaxSizeValidation(t *testing.T) {
+	for _, o := range []Options{
+		{SegmentSize: 2 * pageSize, MaxSize: 3 * pageSize},
+		{MaxSize: -1},
+	} {
+		if _, err := Open(t.TempDir(), o, nil, nil); err == nil || !strings.Contains(err.Error(), "max size") {
+			t.Errorf("Open with %+v: err = %v, want a max size error", o, err)
+		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/pprof"
+	"sync"
 	"time"
 
 	promscrape "github.com/prometheus/prometheus/scrape"
@@ -66,8 +67,14 @@ type Options struct {
 	Version string
 	// PeerTimeout bounds each request to a peer for the cluster-wide views (default 3s).
 	PeerTimeout time.Duration
-	// PeerClient is used to ask peers for their targets (default: a plain client).
+	// PeerClient is used to ask peers for their status and targets. Default:
+	// built from PeerClientConfigFile, else a plain client.
 	PeerClient *http.Client
+	// PeerClientConfigFile is a Prometheus HTTP client configuration (TLS,
+	// basic auth, authorization; secrets in files) for asking peers, needed
+	// when WebConfigFile enables TLS or basic auth. Peers are asked over
+	// https when WebConfigFile enables TLS.
+	PeerClientConfigFile string
 }
 
 // Handler serves the routes; Server adds the listener.
@@ -76,15 +83,21 @@ type Handler struct {
 	logger *slog.Logger
 	mux    *http.ServeMux
 	start  time.Time
+	meter  *loadMeter
+
+	client  *http.Client
+	scheme  string
+	initErr error // a peer client configuration that does not load; Run returns it
+
+	heardMu   sync.Mutex
+	lastHeard map[string]time.Time
+	peerErr   map[string]string // the last error of each peer, to log changes only
 }
 
 // New builds the handler.
 func New(opts Options, logger *slog.Logger) *Handler {
 	if opts.PeerTimeout <= 0 {
 		opts.PeerTimeout = 3 * time.Second
-	}
-	if opts.PeerClient == nil {
-		opts.PeerClient = &http.Client{Timeout: opts.PeerTimeout}
 	}
 	if opts.Ring == nil {
 		opts.Ring = func() *ring.Ring { return nil }
@@ -95,10 +108,17 @@ func New(opts Options, logger *slog.Logger) *Handler {
 	if opts.Gatherer == nil {
 		opts.Gatherer = prometheus.DefaultGatherer
 	}
-	h := &Handler{opts: opts, logger: logger, mux: http.NewServeMux(), start: time.Now()}
+	h := &Handler{opts: opts, logger: logger, mux: http.NewServeMux(), start: time.Now(), lastHeard: map[string]time.Time{}, peerErr: map[string]string{}}
+	h.meter = &loadMeter{g: opts.Gatherer}
+	h.client, h.scheme, h.initErr = peerClient(opts)
+	if h.initErr != nil {
+		h.client, h.scheme = &http.Client{}, "http"
+	}
 
 	h.mux.HandleFunc("GET /{$}", h.statusPage)
-	h.mux.HandleFunc("GET /cluster", h.statusPage)
+	h.mux.HandleFunc("GET /cluster", h.clusterPage)
+	h.mux.HandleFunc("GET /target", h.targetPage)
+	h.mux.HandleFunc("GET /static/", h.static)
 	h.mux.HandleFunc("GET /-/healthy", func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusOK)
 		_, _ = w.Write([]byte("shoal is healthy.\n"))
@@ -110,6 +130,8 @@ func New(opts Options, logger *slog.Logger) *Handler {
 	h.mux.HandleFunc("GET /api/v1/targets", h.apiTargets)
 	h.mux.HandleFunc("GET /api/v1/cluster/peers", h.apiPeers)
 	h.mux.HandleFunc("GET /api/v1/cluster/targets", h.apiClusterTargets)
+	h.mux.HandleFunc("GET /api/v1/cluster/explain", h.apiExplain)
+	h.mux.HandleFunc("GET /api/v1/status/node", h.apiNodeStatus)
 	// Profiles, as Prometheus serves them, for the CPU and memory investigations
 	// that benchmarks start.
 	h.mux.HandleFunc("GET /debug/pprof/", pprof.Index)
@@ -144,8 +166,22 @@ func (h *Handler) reload(w http.ResponseWriter, _ *http.Request) {
 	_, _ = w.Write([]byte("config reloaded\n"))
 }
 
-// Run serves until ctx ends, then shuts the server down gracefully.
+// Run serves until ctx ends, then shuts the server down gracefully. It also
+// samples the load figures, so that samples/s covers a steady window.
 func (h *Handler) Run(ctx context.Context) error {
+	if h.initErr != nil {
+		return h.initErr
+	}
+	meterDone := make(chan struct{})
+	meterCtx, meterCancel := context.WithCancel(ctx)
+	defer func() {
+		meterCancel()
+		<-meterDone
+	}()
+	go func() {
+		defer close(meterDone)
+		h.meter.run(meterCtx)
+	}()
 	srv := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,

@@ -135,7 +135,7 @@ func TestClusterTargetsShowDuplicatesAndOrphans(t *testing.T) {
 
 	var resp struct {
 		Status string         `json:"status"`
-		Data   clusterTargets `json:"data"`
+		Data   ClusterTargets `json:"data"`
 	}
 	getJSON(t, servers["c"].URL+"/api/v1/cluster/targets", &resp)
 	if resp.Status != "success" || len(resp.Data.Targets) != 4 {

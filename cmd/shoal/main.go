@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -21,14 +22,21 @@ import (
 )
 
 // flags holds the command line; names and defaults are part of SPEC.
+// labelNameRE matches a classic Prometheus label name.
+var labelNameRE = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]*$`)
+
 type flags struct {
 	configFile    string
 	listenAddress string
 	webConfigFile string
+	// webClientConfigFile: credentials for asking peers (status page fan-out).
+	webClientConfigFile string
 
 	storagePath        string
 	walMaxAge          time.Duration
+	walMaxSize         units.Base2Bytes
 	walSegmentSize     units.Base2Bytes
+	walTruncateEvery   time.Duration
 	remoteFlushTimeout time.Duration
 
 	clusterEnabled         bool
@@ -46,6 +54,8 @@ type flags struct {
 	replicationFactor      int
 	tokens                 int
 	handoffDelay           time.Duration
+	handoffTimeout         time.Duration
+	replicaLabel           string
 	terminateGraceDeadline time.Duration
 
 	log promslog.Config
@@ -68,13 +78,20 @@ func parseFlags(args []string) (*flags, error) {
 		Default(":9940").StringVar(&f.listenAddress)
 	app.Flag("web.config.file", "Path to an exporter-toolkit web configuration file enabling TLS or basic auth.").
 		Default("").StringVar(&f.webConfigFile)
+	app.Flag("web.client-config.file", "Prometheus HTTP client configuration (tls_config, basic_auth with password_file, authorization) used to ask peers for the cluster views when --web.config.file enables TLS or basic auth.").
+		Default("").StringVar(&f.webClientConfigFile)
 
 	app.Flag("storage.path", "Directory for the write-ahead log and remote-write progress.").
 		Default("data/").StringVar(&f.storagePath)
 	app.Flag("storage.wal.max-age", "WAL segments older than this are deleted even if a remote end has not received them (the data is counted as lost in shoal_wal_segments_dropped_unsent_total). This is the retention that bounds a remote-write outage.").
 		Default("24h").DurationVar(&f.walMaxAge)
+	app.Flag("storage.wal.max-size", "When the WAL (segments and checkpoint) grows past this while a remote end is behind, its oldest segments are deleted even if unsent (counted in shoal_wal_segments_dropped_unsent_total). Checked every minute; at least two segments. Default: no size limit.").
+		BytesVar(&f.walMaxSize)
 	app.Flag("storage.wal.segment-size", "Size of a WAL segment; segments are the unit of truncation.").
 		Default("128MB").BytesVar(&f.walSegmentSize)
+	// Hidden: tests shorten it so that checkpoints and truncations happen often.
+	app.Flag("storage.wal.truncate-interval", "How often the WAL is checkpointed and truncated.").
+		Hidden().Default("1m").DurationVar(&f.walTruncateEvery)
 	app.Flag("storage.remote.flush-deadline", "How long to keep sending buffered samples on shutdown.").
 		Default("1m").DurationVar(&f.remoteFlushTimeout)
 
@@ -106,15 +123,25 @@ func parseFlags(args []string) (*flags, error) {
 		Default("1").IntVar(&f.replicationFactor)
 	app.Flag("cluster.tokens", "Tokens per node on the consistent-hash ring.").
 		Default("512").IntVar(&f.tokens)
-	app.Flag("cluster.handoff-delay", "A node that gains a target because the ring changed waits this long before scraping it, so the previous owner has stopped and flushed first.").
+	app.Flag("cluster.handoff-delay", "Upper bound of how long a node that gains a target waits for every peer to announce that it stopped appending it (normally milliseconds); 0 starts gained targets at once.").
 		Default("2s").DurationVar(&f.handoffDelay)
-	app.Flag("cluster.terminate-grace", "On shutdown, how long to wait for this node's scrapes to stop after it turned terminating.").
+	app.Flag("cluster.handoff-timeout", "Upper bound of how long remote write holds back a gained target's samples until the previous owners' last samples are acknowledged (they are held while the remote end is down).").
+		Default("5m").DurationVar(&f.handoffTimeout)
+	app.Flag("cluster.terminate-grace", "On shutdown, how long to wait for this node's last samples of handed-off targets to be acknowledged after it turned terminating.").
 		Default("5s").DurationVar(&f.terminateGraceDeadline)
+	app.Flag("cluster.replica-label", "With --cluster.replication-factor above 1, the target label that carries each owner's rank for the target (0 for the primary). Must not start with \"__\".").
+		Default("replica").StringVar(&f.replicaLabel)
 
 	promslogflag.AddFlags(app, &f.log)
 
 	if _, err := app.Parse(args); err != nil {
 		return nil, nameFlag(app, args, err)
+	}
+	if strings.HasPrefix(f.replicaLabel, "__") || (f.replicaLabel != "" && !labelNameRE.MatchString(f.replicaLabel)) {
+		return nil, fmt.Errorf("--cluster.replica-label=%q is not a valid target label name (it must not start with \"__\", which Prometheus strips from target labels)", f.replicaLabel)
+	}
+	if f.handoffTimeout <= 0 {
+		return nil, fmt.Errorf("--cluster.handoff-timeout must be positive, got %s", f.handoffTimeout)
 	}
 	if f.replicationFactor < 1 {
 		return nil, fmt.Errorf("--cluster.replication-factor must be at least 1, got %d", f.replicationFactor)
@@ -135,6 +162,10 @@ func parseFlags(args []string) (*flags, error) {
 }
 
 func main() {
+	// `shoal cluster ...` queries a running agent (cli.go).
+	if len(os.Args) > 1 && os.Args[1] == "cluster" {
+		os.Exit(runCLI(os.Args[1:], os.Stdout, os.Stderr))
+	}
 	f, err := parseFlags(os.Args[1:])
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "shoal:", err)

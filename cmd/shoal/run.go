@@ -29,12 +29,19 @@ import (
 	promscrape "github.com/prometheus/prometheus/scrape"
 
 	"github.com/shoal-dev/shoal/cluster"
+	"github.com/shoal-dev/shoal/placement"
 	"github.com/shoal-dev/shoal/remotewrite"
 	"github.com/shoal-dev/shoal/ring"
 	shoalscrape "github.com/shoal-dev/shoal/scrape"
 	"github.com/shoal-dev/shoal/wal"
 	"github.com/shoal-dev/shoal/web"
 )
+
+// scrapeReloadInterval is how often the scrape manager applies new target
+// sets. Hand-off no longer depends on it (the fence stops a lost target at
+// the appender), but a gained target starts at the next tick, so it is part
+// of the hand-off gap.
+const scrapeReloadInterval = 100 * time.Millisecond
 
 // agent holds the live components so that reload, readiness and shutdown can reach them.
 type agent struct {
@@ -47,9 +54,9 @@ type agent struct {
 	scrape    *promscrape.Manager
 	discovery *discovery.Manager
 	filter    *shoalscrape.Filter
-	node      *cluster.Node // nil when clustering is disabled
+	node      *cluster.Node          // nil when clustering is disabled
+	placement *placement.Coordinator // nil when clustering is disabled
 
-	ring         atomic.Pointer[ring.Ring]
 	configLoaded atomic.Bool
 	walReplayed  atomic.Bool
 	clusterUp    atomic.Bool
@@ -59,6 +66,8 @@ type agent struct {
 	reloadMu          sync.Mutex
 	reloadSuccess     prometheus.Gauge
 	reloadSuccessTime prometheus.Gauge
+
+	replaying atomic.Pointer[string] // "segment k of n" while the WAL replays
 }
 
 // run starts the agent and blocks until ctx is cancelled (SIGTERM in main),
@@ -157,8 +166,11 @@ func run(ctx context.Context, f *flags) error {
 	walOpts := wal.DefaultOptions()
 	walOpts.SegmentSize = int(f.walSegmentSize)
 	walOpts.MaxAge = f.walMaxAge
+	walOpts.MaxSize = int64(f.walMaxSize)
+	walOpts.TruncateInterval = f.walTruncateEvery
 	walOpts.OnCommit = a.remote.Notify
 	walOpts.PendingSegment = a.remote.PendingSegment
+	walOpts.OnReplay = func(k, n int) { s := fmt.Sprintf("segment %d of %d", k, n); a.replaying.Store(&s) }
 	a.wal, err = wal.Open(filepath.Join(f.storagePath, "wal"), walOpts, logger.With("component", "wal"), reg)
 	if err != nil {
 		return fmt.Errorf("opening the WAL in %s: %w", f.storagePath, err)
@@ -170,10 +182,19 @@ func run(ctx context.Context, f *flags) error {
 	}()
 	a.walReplayed.Store(true)
 
+	// Every appender goes through the hand-off fence. PassMetadataInContext
+	// is what puts the target into the appender's context (the fence reads
+	// its unit label there); it has no other effect with AppenderV2.
+	fence, err := shoalscrape.NewFence(a.wal, reg)
+	if err != nil {
+		return err
+	}
+	defer fence.Close()
 	a.scrape, err = promscrape.NewManager(&promscrape.Options{
 		AppendMetadata:          true,
-		DiscoveryReloadInterval: model.Duration(time.Second),
-	}, logger.With("component", "scrape manager"), nil, nil, a.wal, reg)
+		PassMetadataInContext:   true,
+		DiscoveryReloadInterval: model.Duration(scrapeReloadInterval),
+	}, logger.With("component", "scrape manager"), nil, nil, fence, reg)
 	if err != nil {
 		return fmt.Errorf("creating the scrape manager: %w", err)
 	}
@@ -184,12 +205,10 @@ func run(ctx context.Context, f *flags) error {
 		return fmt.Errorf("registering service discovery metrics: %w", err)
 	}
 	discoveryCtx, discoveryCancel := context.WithCancel(ctx)
-	// The discovery manager sends its first targets one update interval (5s)
-	// after it starts. A restarting node relies on that for a clean hand-off:
-	// it turns participant right away, the previous owners stop its targets
-	// within about a second, and only then does it see them (as new targets,
-	// which the filter does not delay). Keep that in mind before enabling
-	// DiscoveryReloadOnStartup or a shorter update interval.
+	// A restarting node may see its targets before the previous owners have
+	// stopped them: the ownership filter holds gained targets back until every
+	// peer has fenced the new ring (see the placement package), so discovery's
+	// timing does not matter for hand-off.
 	a.discovery = discovery.NewManager(discoveryCtx, logger.With("component", "discovery manager"), reg, sdMetrics, discovery.Name("scrape"))
 	if a.discovery == nil {
 		discoveryCancel()
@@ -200,11 +219,28 @@ func run(ctx context.Context, f *flags) error {
 	if handoff == 0 {
 		handoff = -1 // the filter reads zero as "default"; the flag's 0 means "no delay"
 	}
-	a.filter = shoalscrape.NewFilter(shoalscrape.FilterOptions{HandoffDelay: handoff}, a.scrape, logger.With("component", "ownership"), reg)
+	filterOpts := shoalscrape.FilterOptions{HandoffDelay: handoff, ReplicaLabel: f.replicaLabel}
+	if a.node != nil {
+		a.placement, err = placement.New(placement.Options{
+			NodeName:          f.nodeName,
+			Tokens:            f.tokens,
+			ReplicationFactor: f.replicationFactor,
+			HandoffTimeout:    f.handoffTimeout,
+			TerminateGrace:    f.terminateGraceDeadline,
+		}, a.node, fence, a.wal, a.remote, logger.With("component", "placement"), reg)
+		if err != nil {
+			discoveryCancel()
+			return err
+		}
+		defer a.placement.Close()
+		filterOpts.Handoff = a.placement
+	}
+	a.filter = shoalscrape.NewFilter(filterOpts, a.scrape, logger.With("component", "ownership"), reg)
 	if a.node != nil {
 		// Until the ring is known this node owns nothing; without this call the
 		// filter would behave as a single agent and scrape everything.
 		a.filter.SetRing(ring.New(nil, f.tokens), f.nodeName, f.replicationFactor, false)
+		a.placement.SetFilter(a.filter)
 	}
 
 	if err := a.applyConfig(cfg); err != nil {
@@ -288,7 +324,7 @@ func run(ctx context.Context, f *flags) error {
 	if a.node != nil {
 		clusterCtx, clusterCancel := context.WithCancel(ctx)
 		g.Add(func() error {
-			a.followRing(clusterCtx)
+			a.placement.Run(clusterCtx)
 			return nil
 		}, func(error) {
 			clusterCancel()
@@ -312,7 +348,7 @@ func webOptions(a *agent, f *flags, scrapeView *lateScrape) web.Options {
 		Gatherer:      a.reg,
 		Scrape:        scrapeView,
 		Ownership:     ownershipView{a},
-		Ring:          a.ring.Load,
+		Ring:          a.currentRing,
 		Ready:         a.ready,
 		Reload:        a.reload,
 		NodeName:      f.nodeName,
@@ -321,6 +357,7 @@ func webOptions(a *agent, f *flags, scrapeView *lateScrape) web.Options {
 	if a.node != nil {
 		o.Cluster = a.node
 	}
+	o.PeerClientConfigFile = f.webClientConfigFile // the status page asks peers with these credentials
 	return o
 }
 
@@ -361,6 +398,9 @@ func (a *agent) ready() (bool, string) {
 	case a.node != nil && !a.clusterUp.Load():
 		return false, "joining the cluster"
 	case !a.walReplayed.Load():
+		if p := a.replaying.Load(); p != nil {
+			return false, "replaying WAL " + *p
+		}
 		return false, "WAL replay in progress"
 	case !a.configLoaded.Load():
 		return false, "applying the configuration"
@@ -432,85 +472,24 @@ func advertisedHTTPAddr(listen, advertise string) string {
 	return net.JoinHostPort("", port)
 }
 
-// followRing rebuilds the ring from the participants whenever membership
-// changes, and hands it to the ownership filter.
-func (a *agent) followRing(ctx context.Context) {
-	changes, unsubscribe := a.node.Subscribe()
-	defer unsubscribe()
-	readyc := make(chan struct{})
-	go func() {
-		defer close(readyc)
-		_ = a.node.WaitReady(ctx)
-	}()
-	waiting := readyc
-	for {
-		if waiting == nil && a.node.Self().State == cluster.Viewer && !a.terminating.Load() && !isClosed(a.stop) {
-			// Config loaded, WAL replayed (followRing runs after both) and
-			// the cluster is ready: this node may own targets now.
-			if err := a.node.SetState(cluster.Participant); err != nil {
-				a.logger.Warn("Announcing participant state failed", "err", err)
-			}
-		}
-		a.updateRing()
-		select {
-		case <-ctx.Done():
-			return
-		case <-changes:
-		case <-waiting:
-			waiting = nil
-		}
+// currentRing is the ring this node follows (nil without clustering).
+func (a *agent) currentRing() *ring.Ring {
+	if a.placement == nil {
+		return nil
 	}
-}
-
-func (a *agent) updateRing() {
-	var participants []string
-	for _, p := range a.node.Peers() {
-		if p.State == cluster.Participant {
-			participants = append(participants, p.Name)
-		}
-	}
-	r := ring.New(participants, a.f.tokens)
-	a.ring.Store(r)
-	self := a.node.Self()
-	a.filter.SetRing(r, self.Name, a.f.replicationFactor, self.State == cluster.Participant && a.node.Ready())
-}
-
-func isClosed(c <-chan struct{}) bool {
-	select {
-	case <-c:
-		return true
-	default:
-		return false
-	}
+	return a.placement.Ring()
 }
 
 // becomeTerminating hands this node's targets to its peers before anything
-// stops: peers drop it from the ring as soon as the state reaches them, and
-// its own scrapes end without staleness markers.
+// stops: they are fenced at once, peers drop this node from the ring as soon
+// as the state reaches them, and its last samples are flushed first.
 func (a *agent) becomeTerminating() {
 	a.terminating.Store(true)
-	if a.node != nil {
-		if err := a.node.SetState(cluster.Terminating); err != nil {
-			a.logger.Warn("Announcing terminating state failed", "err", err)
-		}
-	}
-	a.filter.SetRing(a.ring.Load(), a.f.nodeName, a.f.replicationFactor, false)
-	if a.node == nil {
+	if a.placement == nil {
+		a.filter.SetRing(nil, a.f.nodeName, a.f.replicationFactor, false)
 		return
 	}
-	deadline := time.Now().Add(a.f.terminateGraceDeadline)
-	for time.Now().Before(deadline) {
-		active := 0
-		for _, ts := range a.scrape.TargetsActive() {
-			active += len(ts)
-		}
-		if active == 0 {
-			a.logger.Info("Scrapes handed off to peers")
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	a.logger.Warn("Scrapes still running after the terminate grace period; stopping them anyway", "grace", a.f.terminateGraceDeadline)
+	a.placement.Terminate()
 }
 
 func loadConfig(filename string, logger *slog.Logger) (*config.Config, error) {

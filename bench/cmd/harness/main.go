@@ -34,6 +34,7 @@ func main() {
 		ringSizes, gossipSizes        []int
 		gossipRounds                  int
 		skipSide, skipSims, skipMicro bool
+		skipGossip                    bool
 	)
 	app := kingpin.New("harness", "Side-by-side benchmark of shoal, Prometheus agent mode and vmagent, plus ring and gossip simulations.")
 	app.HelpFlag.Short('h')
@@ -54,11 +55,12 @@ func main() {
 	app.Flag("command", "The command line to record in the report.").StringVar(&command)
 	app.Flag("micro-bench", "Packages whose Go micro-benchmarks are run and pasted.").Default("./ring/", "./scrape/", "./wal/").StringsVar(&microPkgs)
 	app.Flag("micro-benchtime", "go test -benchtime for the micro-benchmarks.").Default("300ms").StringVar(&benchtime)
-	app.Flag("ring-sizes", "Ring sizes for the balance and movement simulation.").Default("3", "10", "30", "100").IntsVar(&ringSizes)
+	app.Flag("ring-sizes", "Ring sizes for the balance and movement and the placement simulations.").Default("3", "10", "30", "100").IntsVar(&ringSizes)
 	app.Flag("gossip-sizes", "Cluster sizes for the gossip convergence simulation.").Default("10", "50").IntsVar(&gossipSizes)
 	app.Flag("gossip-rounds", "Rounds per cluster size in the gossip simulation (median and worst are reported).").Default("3").IntVar(&gossipRounds)
 	app.Flag("skip-side-by-side", "Skip the agent comparison.").BoolVar(&skipSide)
-	app.Flag("skip-sims", "Skip the ring and gossip simulations.").BoolVar(&skipSims)
+	app.Flag("skip-sims", "Skip the ring, placement and gossip simulations.").BoolVar(&skipSims)
+	app.Flag("skip-gossip", "Skip only the gossip simulation (the ring and placement simulations still run).").BoolVar(&skipGossip)
 	app.Flag("skip-micro", "Skip the Go micro-benchmarks.").BoolVar(&skipMicro)
 	kingpin.MustParse(app.Parse(os.Args[1:]))
 
@@ -118,6 +120,11 @@ func main() {
 	if !skipSims && ctx.Err() == nil {
 		rep := fmt.Sprintf("Measured %s on %s. Command: `%s`\n\n", started.UTC().Format("2006-01-02 15:04 MST"), machine, command)
 		write("ring", "Ring balance and movement (simulation)", rep+sim.RingReport(ringSizes, 512, 10000))
+		logger.Info("placement simulation", "sizes", ringSizes)
+		write("placement", "Placement designs (simulation)", rep+sim.PlacementReport(ringSizes, 10000, sim.DefaultPlacementConfig()))
+	}
+	if !skipSims && !skipGossip && ctx.Err() == nil {
+		rep := fmt.Sprintf("Measured %s on %s. Command: `%s`\n\n", started.UTC().Format("2006-01-02 15:04 MST"), machine, command)
 		logger.Info("gossip simulation", "sizes", gossipSizes)
 		g, err := sim.GossipReport(ctx, gossipSizes, gossipRounds, 2*time.Minute)
 		if err != nil {

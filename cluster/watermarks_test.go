@@ -1,0 +1,63 @@
+package cluster
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+func TestWatermarksRoundTripAndOldMetadataDecodes(t *testing.T) {
+	wm := Watermarks{FencedSeq: 7, FencedRing: 0xfeedfacecafebeef, AckedSeq: 6}
+	b := encodeMetaWith(Participant, "h:1", time.UnixMilli(42), 3, wm)
+	m, st, err := decodeMeta(b)
+	if err != nil || st != Participant {
+		t.Fatalf("decode: %v, %v", st, err)
+	}
+	if got := m.watermarks(); got != wm {
+		t.Fatalf("watermarks = %+v, want %+v", got, wm)
+	}
+	if len(b) > 200 {
+		t.Fatalf("metadata is %d bytes; memberlist allows 512 and the rest needs room", len(b))
+	}
+
+	// What a node of the previous version gossips: no watermarks.
+	old := []byte(`{"v":1,"s":"terminating","h":"10.0.0.1:9940","t":1700000000000,"l":12}`)
+	m, st, err = decodeMeta(old)
+	if err != nil || st != Terminating || m.HTTPAddr != "10.0.0.1:9940" {
+		t.Fatalf("old metadata: %+v %v %v", m, st, err)
+	}
+	if m.watermarks() != (Watermarks{}) {
+		t.Fatalf("old metadata decoded watermarks %+v, want zero", m.watermarks())
+	}
+}
+
+func TestWatermarksReachPeers(t *testing.T) {
+	tn := newTestNet(t)
+	nodes := startStatic(t, tn, 2, nil)
+	eventually(t, 10*time.Second, "two nodes see each other", func() error {
+		if len(nodes[1].Peers()) != 2 {
+			return fmt.Errorf("node 2 sees %d", len(nodes[1].Peers()))
+		}
+		return nil
+	})
+	changes, unsubscribe := nodes[1].Subscribe()
+	defer unsubscribe()
+	wm := Watermarks{FencedSeq: 3, FencedRing: 99, AckedSeq: 2}
+	nodes[0].SetWatermarks(wm)
+	if nodes[0].Self().Handoff != wm {
+		t.Fatalf("Self().Handoff = %+v", nodes[0].Self().Handoff)
+	}
+	eventually(t, 10*time.Second, "watermarks gossiped", func() error {
+		for _, p := range nodes[1].Peers() {
+			if p.Name == nodes[0].cfg.NodeName && p.Handoff == wm {
+				return nil
+			}
+		}
+		return fmt.Errorf("node 2 sees %+v", nodes[1].Peers())
+	})
+	select {
+	case <-changes:
+	default:
+		t.Fatal("a watermark change did not notify subscribers")
+	}
+}

@@ -1,0 +1,58 @@
+package placement
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type metrics struct {
+	fencedSeq, ackedSeq, holds prometheus.Gauge
+	holdSeconds                prometheus.Histogram
+	holdTimeouts               prometheus.Counter
+	unregister                 func()
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		fencedSeq: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "shoal_handoff_fenced_sequence",
+			Help: "Fences this node has completed (targets it stopped appending for); gossiped to peers.",
+		}),
+		ackedSeq: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "shoal_handoff_acked_sequence",
+			Help: "Highest fence whose samples every remote-write queue has had acknowledged; gossiped to peers.",
+		}),
+		holds: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "shoal_handoff_holds",
+			Help: "Remote-write holds in force: gained targets' samples wait for the previous owners' last ones.",
+		}),
+		holdSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "shoal_handoff_hold_duration_seconds",
+			Help:    "How long the remote-write queues were held after gaining targets.",
+			Buckets: []float64{.001, .005, .01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900},
+		}),
+		holdTimeouts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "shoal_handoff_hold_timeouts_total",
+			Help: "Remote-write holds released by --cluster.handoff-timeout rather than by the peers' acknowledgements.",
+		}),
+		unregister: func() {},
+	}
+	cs := []prometheus.Collector{m.fencedSeq, m.ackedSeq, m.holds, m.holdSeconds, m.holdTimeouts}
+	if reg != nil {
+		for i, c := range cs {
+			if err := reg.Register(c); err != nil {
+				for _, r := range cs[:i] {
+					reg.Unregister(r)
+				}
+				return nil, fmt.Errorf("placement: %w", err)
+			}
+		}
+		m.unregister = func() {
+			for _, c := range cs {
+				reg.Unregister(c)
+			}
+		}
+	}
+	return m, nil
+}

@@ -1,0 +1,538 @@
+// Package placement turns cluster membership into target ownership and
+// orders the hand-off of targets between nodes.
+//
+// The Coordinator follows the membership (a viewer becomes a participant
+// once the cluster is ready; a terminating node leaves the ring), builds the
+// ring in one place (buildRing) and hands it to the ownership filter. It
+// implements scrape.Handoff:
+//
+//   - Losing side: the filter fences lost targets at the appender
+//     (scrape.Fence); the Coordinator then numbers the fence, notes the WAL
+//     end, asks the remote-write queues to send up to it at once, and gossips
+//     "fenced seq/ring" and, once the queues have acknowledged that position,
+//     "acked seq".
+//   - Gaining side: a gained target starts when every live participant or
+//     terminating peer has fenced the ring it was gained under (Released),
+//     or after --cluster.handoff-delay. On start the Coordinator holds the
+//     remote-write queues at the WAL end until every such peer has its last
+//     fence acknowledged, the peer is gone, or --cluster.handoff-timeout
+//     passes. So the receiver gets the old owner's samples first.
+//
+// Waiting for every live peer rather than for the previous owners of each
+// target is simpler and still sound: a peer that owned nothing of it fences
+// and acknowledges at once. It costs a little when an unrelated peer is slow.
+package placement
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/shoal-dev/shoal/cluster"
+	"github.com/shoal-dev/shoal/ring"
+	"github.com/shoal-dev/shoal/scrape"
+	"github.com/shoal-dev/shoal/wal"
+)
+
+// Defaults for Options.
+const (
+	DefaultHandoffTimeout = 5 * time.Minute
+	DefaultTerminateGrace = 5 * time.Second
+	// ackPoll is how often pending fences are checked against the queues'
+	// acknowledged position; it bounds how late "acked seq" is gossiped.
+	ackPoll = 20 * time.Millisecond
+)
+
+// Cluster is the membership the Coordinator follows (*cluster.Node).
+type Cluster interface {
+	Self() cluster.Peer
+	// Peers returns the alive members, self included; dead and left ones
+	// are not listed.
+	Peers() []cluster.Peer
+	Subscribe() (<-chan struct{}, func())
+	SetState(cluster.State) error
+	SetWatermarks(cluster.Watermarks)
+	Ready() bool
+	WaitReady(ctx context.Context) error
+}
+
+// Filter is the ownership filter (*scrape.Filter).
+type Filter interface {
+	SetRing(r *ring.Ring, self string, replicationFactor int, participant bool)
+	Recheck()
+}
+
+// Fencer stops and restarts appends of hand-off units (*scrape.Fence).
+type Fencer interface {
+	Fence(ctx context.Context, units []scrape.Unit) error
+	Unfence(units []scrape.Unit)
+}
+
+// WAL tells where the write-ahead log ends (*wal.Storage).
+type WAL interface {
+	EndPosition() (wal.Position, error)
+}
+
+// Remote is the remote-write side (*remotewrite.Manager).
+type Remote interface {
+	FlushNow(p wal.Position)
+	Acked(p wal.Position) bool
+	Hold(p wal.Position) (release func())
+}
+
+// Options configures a Coordinator. Zero values take the defaults.
+type Options struct {
+	NodeName          string
+	Tokens            int // tokens per node; 0: ring.DefaultTokensPerNode
+	ReplicationFactor int // 0: 1
+	// HandoffTimeout bounds how long the remote-write queues are held for
+	// peers whose last samples of moved targets are not acknowledged yet.
+	HandoffTimeout time.Duration
+	// TerminateGrace bounds how long Terminate waits for this node's last
+	// samples to be acknowledged before shutdown goes on.
+	TerminateGrace time.Duration
+}
+
+func (o Options) withDefaults() Options {
+	if o.ReplicationFactor < 1 {
+		o.ReplicationFactor = 1
+	}
+	if o.HandoffTimeout <= 0 {
+		o.HandoffTimeout = DefaultHandoffTimeout
+	}
+	if o.TerminateGrace <= 0 {
+		o.TerminateGrace = DefaultTerminateGrace
+	}
+	return o
+}
+
+// Coordinator follows the cluster and orders hand-offs. Create it with New,
+// give it the filter with SetFilter, and run Run.
+type Coordinator struct {
+	opts    Options
+	cl      Cluster
+	fence   Fencer
+	wal     WAL
+	remote  Remote
+	logger  *slog.Logger
+	metrics *metrics
+	kick    chan struct{}
+	now     func() time.Time
+
+	mu          sync.Mutex
+	filter      Filter
+	ring        *ring.Ring
+	ringKey     string // participants and self state of ring, to skip no-op updates
+	terminating bool
+	fencedAny   bool // Fence was called since the last Fenced
+	fencedSeq   uint64
+	fencedRing  uint64
+	ackedSeq    uint64
+	finalSeq    uint64      // the fence made as a non-participant while terminating
+	pending     []fenceMark // fences not acknowledged yet, oldest first
+	holds       []*hold
+	ackedCh     chan struct{} // closed and replaced when ackedSeq moves
+}
+
+type fenceMark struct {
+	seq uint64
+	pos wal.Position
+}
+
+type hold struct {
+	start, due time.Time
+	release    func()
+}
+
+// New returns a Coordinator. reg may be nil.
+func New(opts Options, cl Cluster, fence Fencer, w WAL, remote Remote, logger *slog.Logger, reg prometheus.Registerer) (*Coordinator, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	if cl == nil || fence == nil || w == nil || remote == nil {
+		return nil, errors.New("placement: cluster, fence, WAL and remote write are required")
+	}
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	return &Coordinator{
+		opts:    opts.withDefaults(),
+		cl:      cl,
+		fence:   fence,
+		wal:     w,
+		remote:  remote,
+		logger:  logger,
+		metrics: m,
+		kick:    make(chan struct{}, 1),
+		now:     time.Now,
+		ackedCh: make(chan struct{}),
+	}, nil
+}
+
+// Close unregisters the metrics.
+func (c *Coordinator) Close() { c.metrics.unregister() }
+
+// SetFilter gives the Coordinator the filter it drives. Until then, and
+// until Run runs, no ring is handed out.
+func (c *Coordinator) SetFilter(f Filter) {
+	c.mu.Lock()
+	c.filter = f
+	c.ringKey = ""
+	c.mu.Unlock()
+	c.wake()
+}
+
+// Ring returns the ring last handed to the filter (nil before the first).
+func (c *Coordinator) Ring() *ring.Ring {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ring
+}
+
+func (c *Coordinator) wake() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// RingID identifies a ring by its participant set, the same on every node
+// that sees the same participants. It is never zero ("not fenced yet").
+func RingID(r *ring.Ring) uint64 {
+	var d xxhash.Digest
+	d.Reset()
+	_, _ = d.WriteString("shoal-ring\xff")
+	for _, n := range r.Nodes() {
+		_, _ = d.WriteString(n)
+		_, _ = d.WriteString("\xff")
+	}
+	if s := d.Sum64(); s != 0 {
+		return s
+	}
+	return 1
+}
+
+// buildRing is the one place where membership becomes a ring: every
+// participant, with the configured tokens. (A load-aware placement mode
+// plugs in here.)
+func buildRing(peers []cluster.Peer, tokens int) *ring.Ring {
+	var participants []string
+	for _, p := range peers {
+		if p.State == cluster.Participant {
+			participants = append(participants, p.Name)
+		}
+	}
+	return ring.New(participants, tokens)
+}
+
+// Run follows membership until ctx is done: it promotes this node from
+// viewer to participant once the cluster is ready, rebuilds the ring when
+// participants change, publishes this node's acknowledged fences and
+// releases holds.
+func (c *Coordinator) Run(ctx context.Context) {
+	changes, unsubscribe := c.cl.Subscribe()
+	defer unsubscribe()
+	readyc := make(chan struct{})
+	go func() {
+		defer close(readyc)
+		_ = c.cl.WaitReady(ctx)
+	}()
+	defer func() { <-readyc }()
+	waiting := (<-chan struct{})(readyc)
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		if waiting == nil && c.cl.Self().State == cluster.Viewer && !c.isTerminating() {
+			// The caller runs Run once the configuration is loaded and the
+			// WAL replayed, and the cluster is ready: this node may own targets.
+			if err := c.cl.SetState(cluster.Participant); err != nil {
+				c.logger.Warn("Announcing participant state failed", "err", err)
+			}
+		}
+		c.updateRing()
+		c.step()
+		var timerC <-chan time.Time
+		if d := c.nextWake(); d > 0 {
+			if timer == nil {
+				timer = time.NewTimer(d)
+			} else {
+				timer.Reset(d)
+			}
+			timerC = timer.C
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-changes:
+		case <-c.kick:
+		case <-timerC:
+		case <-waiting:
+			waiting = nil
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+	}
+}
+
+func (c *Coordinator) isTerminating() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.terminating
+}
+
+// updateRing hands the filter a new ring when the participants or this
+// node's state changed, and lets it re-check held-back targets otherwise
+// (a peer's watermarks may have moved).
+func (c *Coordinator) updateRing() {
+	peers := c.cl.Peers()
+	self := c.cl.Self()
+	participant := self.State == cluster.Participant && c.cl.Ready()
+	key := fmt.Sprint(participant)
+	for _, p := range peers {
+		if p.State == cluster.Participant {
+			key += "\xff" + p.Name
+		}
+	}
+	c.mu.Lock()
+	f := c.filter
+	if f == nil {
+		c.mu.Unlock()
+		return
+	}
+	if key == c.ringKey {
+		c.mu.Unlock()
+		f.Recheck()
+		return
+	}
+	r := buildRing(peers, c.opts.Tokens)
+	c.ring, c.ringKey = r, key
+	c.mu.Unlock()
+	f.SetRing(r, c.opts.NodeName, c.opts.ReplicationFactor, participant)
+}
+
+// Terminate takes this node off the ring and waits, for at most the
+// terminate grace, until its last samples are acknowledged, so that the new
+// owners' holds end before this node goes.
+func (c *Coordinator) Terminate() {
+	c.mu.Lock()
+	c.terminating = true
+	c.mu.Unlock()
+	if err := c.cl.SetState(cluster.Terminating); err != nil {
+		c.logger.Warn("Announcing terminating state failed", "err", err)
+	}
+	c.mu.Lock()
+	c.ringKey = ""
+	c.mu.Unlock()
+	c.updateRing()
+	c.wake()
+	deadline := time.NewTimer(c.opts.TerminateGrace)
+	defer deadline.Stop()
+	for {
+		c.mu.Lock()
+		done := c.finalSeq != 0 && c.ackedSeq >= c.finalSeq
+		ch := c.ackedCh
+		c.mu.Unlock()
+		if done {
+			c.logger.Info("Targets handed off to peers and their last samples acknowledged")
+			return
+		}
+		select {
+		case <-ch:
+		case <-deadline.C:
+			c.logger.Warn("Last samples of handed-off targets not acknowledged within the terminate grace period; shutting down anyway (the flush goes on)", "grace", c.opts.TerminateGrace)
+			return
+		}
+	}
+}
+
+// Fence implements scrape.Handoff.
+func (c *Coordinator) Fence(ctx context.Context, units []scrape.Unit) error {
+	c.mu.Lock()
+	c.fencedAny = true
+	c.mu.Unlock()
+	return c.fence.Fence(ctx, units)
+}
+
+// Fenced implements scrape.Handoff: it numbers the fence, asks the queues to
+// send everything before it now, and gossips it.
+func (c *Coordinator) Fenced(r *ring.Ring, participant bool) {
+	if r == nil {
+		return // clustering disabled
+	}
+	id := RingID(r)
+	c.mu.Lock()
+	if id == c.fencedRing && !c.fencedAny && (participant || c.finalSeq != 0 || !c.terminating) {
+		c.mu.Unlock()
+		return
+	}
+	pos, err := c.wal.EndPosition()
+	if err != nil {
+		c.mu.Unlock()
+		c.logger.Warn("Cannot read the WAL end position; not announcing the fence", "err", err)
+		return
+	}
+	c.fencedSeq++
+	c.fencedRing = id
+	c.fencedAny = false
+	if c.terminating && !participant {
+		c.finalSeq = c.fencedSeq
+	}
+	c.pending = append(c.pending, fenceMark{seq: c.fencedSeq, pos: pos})
+	wm := c.watermarksLocked()
+	c.mu.Unlock()
+	c.metrics.fencedSeq.Set(float64(wm.FencedSeq))
+	c.remote.FlushNow(pos)
+	c.cl.SetWatermarks(wm)
+	c.wake()
+}
+
+func (c *Coordinator) watermarksLocked() cluster.Watermarks {
+	return cluster.Watermarks{FencedSeq: c.fencedSeq, FencedRing: c.fencedRing, AckedSeq: c.ackedSeq}
+}
+
+// Released implements scrape.Handoff: every live participant or
+// terminating peer has fenced r. Viewers own nothing, and dead or left
+// nodes are not waited for.
+func (c *Coordinator) Released(r *ring.Ring) bool {
+	id := RingID(r)
+	for _, p := range c.peersToWaitFor() {
+		if p.Handoff.FencedRing != id {
+			return false
+		}
+	}
+	return true
+}
+
+func (c *Coordinator) peersToWaitFor() []cluster.Peer {
+	var out []cluster.Peer
+	for _, p := range c.cl.Peers() {
+		if p.Self || p.Name == c.opts.NodeName {
+			continue
+		}
+		if p.State == cluster.Participant || p.State == cluster.Terminating {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Activate implements scrape.Handoff: the units may append again, and the
+// queues hold everything written from now on until the peers' last samples
+// are acknowledged.
+func (c *Coordinator) Activate(units []scrape.Unit) {
+	c.fence.Unfence(units)
+	pos, err := c.wal.EndPosition()
+	if err != nil {
+		c.logger.Warn("Cannot read the WAL end position; gained targets start without a hold", "err", err)
+		return
+	}
+	now := c.now()
+	h := &hold{start: now, due: now.Add(c.opts.HandoffTimeout), release: c.remote.Hold(pos)}
+	c.mu.Lock()
+	c.holds = append(c.holds, h)
+	n := len(c.holds)
+	c.mu.Unlock()
+	c.metrics.holds.Set(float64(n))
+	c.wake()
+}
+
+// step publishes acknowledged fences and releases holds that may go.
+func (c *Coordinator) step() {
+	c.mu.Lock()
+	moved := false
+	for len(c.pending) > 0 && c.remote.Acked(c.pending[0].pos) {
+		c.ackedSeq = c.pending[0].seq
+		c.pending = c.pending[1:]
+		moved = true
+	}
+	wm := c.watermarksLocked()
+	if moved {
+		close(c.ackedCh)
+		c.ackedCh = make(chan struct{})
+	}
+	holds := len(c.holds)
+	ringID := c.fencedRing
+	c.mu.Unlock()
+	if moved {
+		c.metrics.ackedSeq.Set(float64(wm.AckedSeq))
+		c.cl.SetWatermarks(wm)
+	}
+	if holds == 0 {
+		return
+	}
+
+	clear := ringID != 0
+	for _, p := range c.peersToWaitFor() {
+		if p.Handoff.FencedSeq == 0 {
+			// A peer of a version without watermarks, or one that has not
+			// fenced anything yet (so owns nothing): nothing to wait for.
+			continue
+		}
+		if p.Handoff.FencedRing != ringID || p.Handoff.AckedSeq < p.Handoff.FencedSeq {
+			clear = false
+			break
+		}
+	}
+	now := c.now()
+	c.mu.Lock()
+	var keep []*hold
+	var done, expired []*hold
+	for _, h := range c.holds {
+		switch {
+		case clear:
+			done = append(done, h)
+		case !now.Before(h.due):
+			expired = append(expired, h)
+		default:
+			keep = append(keep, h)
+		}
+	}
+	c.holds = keep
+	c.mu.Unlock()
+	for _, h := range done {
+		h.release()
+		c.metrics.holdSeconds.Observe(now.Sub(h.start).Seconds())
+	}
+	for _, h := range expired {
+		h.release()
+		c.metrics.holdSeconds.Observe(now.Sub(h.start).Seconds())
+		c.metrics.holdTimeouts.Inc()
+		c.logger.Warn("Released the remote-write hold after --cluster.handoff-timeout although a peer's last samples of moved targets are not acknowledged; the receiver may refuse them as out of order",
+			"timeout", c.opts.HandoffTimeout, "peers", slices.Collect(func(yield func(string) bool) {
+				for _, p := range c.peersToWaitFor() {
+					if p.Handoff.AckedSeq < p.Handoff.FencedSeq && !yield(p.Name) {
+						return
+					}
+				}
+			}))
+	}
+	if len(done)+len(expired) > 0 {
+		c.metrics.holds.Set(float64(len(keep)))
+	}
+}
+
+// nextWake is how long Run may sleep before polling acknowledgements or a
+// hold's timeout is due (0: nothing pending).
+func (c *Coordinator) nextWake() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var d time.Duration
+	if len(c.pending) > 0 || len(c.holds) > 0 {
+		// Acknowledgements are polled; peers' watermarks arrive as changes.
+		d = ackPoll
+	}
+	return d
+}

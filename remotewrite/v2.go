@@ -1,0 +1,118 @@
+package remotewrite
+
+import (
+	"github.com/prometheus/common/model"
+	writev2 "github.com/prometheus/prometheus/prompb/io/prometheus/write/v2"
+	"github.com/prometheus/prometheus/storage/remote"
+	"github.com/prometheus/prometheus/tsdb/chunks"
+	"github.com/prometheus/prometheus/tsdb/record"
+	"github.com/prometheus/prometheus/util/compression"
+)
+
+// Remote-Write 2.0 (protobuf_message: io.prometheus.write.v2.Request): each
+// request carries a symbols table, and each series its labels as symbol
+// references and its metadata (type, help, unit from the WAL's metadata
+// records). There are no separate metadata requests in 2.0, so the periodic
+// metadata re-send does not run; metadata_config.send: false leaves the
+// per-series metadata empty.
+//
+// The receiver reports what it wrote in the X-Prometheus-Remote-Write-Written-*
+// headers. An acknowledged request with fewer samples, histograms or
+// exemplars written than sent counts the difference as failed
+// (shoal_remotewrite_samples_dropped_total{reason="not_written"}); a refused
+// one (400) counts only what was not written. A 5xx is retried whole:
+// receivers roll back on 5xx (Prometheus' does), so nothing of it was written.
+
+// seriesMeta is the metadata of one series, for 2.0 requests.
+type seriesMeta struct {
+	typ        model.MetricType
+	help, unit string
+}
+
+const dropNotWritten = "not_written"
+
+func newSeriesMeta(md record.RefMetadata) *seriesMeta {
+	return &seriesMeta{typ: record.ToMetricType(md.Type), help: md.Help, unit: md.Unit}
+}
+
+// v2Buffers are a shard's reusable 2.0 buffers.
+type v2Buffers struct {
+	req     writev2.Request
+	symbols writev2.SymbolsTable
+	index   map[chunks.HeadSeriesRef]int
+}
+
+// buildV2 fills b.v2.req with items grouped by series.
+func (b *shardBuffers) buildV2(items []item) counts {
+	if b.v2 == nil {
+		b.v2 = &v2Buffers{symbols: writev2.NewSymbolTable(), index: map[chunks.HeadSeriesRef]int{}}
+	}
+	v := b.v2
+	v.symbols.Reset()
+	clear(v.index)
+	var cnt counts
+	all := v.req.Timeseries[:0]
+	for _, it := range items {
+		i, ok := v.index[it.ref]
+		if !ok {
+			i = len(all)
+			v.index[it.ref] = i
+			ts := writev2.TimeSeries{LabelsRefs: v.symbols.SymbolizeLabels(it.lbls, nil)}
+			if it.meta != nil {
+				ts.Metadata = writev2.Metadata{
+					Type:    writev2.FromMetadataType(it.meta.typ),
+					HelpRef: v.symbols.Symbolize(it.meta.help),
+					UnitRef: v.symbols.Symbolize(it.meta.unit),
+				}
+			}
+			all = append(all, ts)
+		}
+		ts := &all[i]
+		switch it.kind {
+		case kindSample:
+			ts.Samples = append(ts.Samples, writev2.Sample{Value: it.v, Timestamp: it.t})
+			cnt.samples++
+		case kindHistogram:
+			ts.Histograms = append(ts.Histograms, writev2.FromIntHistogram(0, it.t, it.h))
+			cnt.histograms++
+		case kindFloatHistogram:
+			ts.Histograms = append(ts.Histograms, writev2.FromFloatHistogram(0, it.t, it.fh))
+			cnt.histograms++
+		case kindExemplar:
+			ts.Exemplars = append(ts.Exemplars, writev2.Exemplar{LabelsRefs: v.symbols.SymbolizeLabels(it.exLbls, nil), Value: it.v, Timestamp: it.t})
+			cnt.exemplars++
+		}
+		if it.kind != kindExemplar {
+			cnt.maxT = max(cnt.maxT, it.t)
+		}
+	}
+	v.req.Timeseries = all
+	v.req.Symbols = v.symbols.Symbols()
+	return cnt
+}
+
+// encodeV2 marshals and compresses b.v2.req.
+func (b *shardBuffers) encodeV2() ([]byte, error) {
+	size := b.v2.req.Size()
+	if cap(b.proto) < size {
+		b.proto = make([]byte, size)
+	}
+	n, err := b.v2.req.MarshalToSizedBuffer(b.proto[:size])
+	if err != nil {
+		return nil, err
+	}
+	return compression.Encode(compression.Snappy, b.proto[size-n:size], b.comp)
+}
+
+// notWritten is what the receiver's written-* headers say it did not write
+// of cnt (zero when it sent no such headers).
+func notWritten(cnt counts, rs remote.WriteResponseStats) counts {
+	if !rs.Confirmed {
+		return counts{}
+	}
+	return counts{
+		samples:    max(cnt.samples-rs.Samples, 0),
+		histograms: max(cnt.histograms-rs.Histograms, 0),
+		exemplars:  max(cnt.exemplars-rs.Exemplars, 0),
+	}
+}
