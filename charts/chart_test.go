@@ -981,3 +981,38 @@ func TestSchemaRefusesBadValues(t *testing.T) {
 		t.Errorf("--cluster.wait-for-size=%s, want 0", r.oneFlag("cluster.wait-for-size"))
 	}
 }
+
+// Extra scrape configs join the generated ones, with the read-only rules they need.
+func TestExtraScrapeConfigs(t *testing.T) {
+	values := `
+config:
+  externalLabels: {cluster: eu-1}
+  extraScrapeConfigs:
+    - job_name: nodes
+      kubernetes_sd_configs: [{role: node}]
+rbac:
+  extraRules:
+    - {apiGroups: [""], resources: [nodes], verbs: [list, watch]}
+`
+	r := render(t, values, renderOpts{})
+	r.checkCommon()
+	cfg := r.shoalConfig()
+	if got := jobNames(cfg); !slices.Contains(got, "nodes") || len(got) != 4 {
+		t.Errorf("jobs %v, want the three defaults and nodes", got)
+	}
+	if cfg.GlobalConfig.ExternalLabels.Get("cluster") != "eu-1" {
+		t.Errorf("external labels %v", cfg.GlobalConfig.ExternalLabels)
+	}
+	found := false
+	for _, rule := range r.clusterRoles[0].Rules {
+		found = found || slices.Equal(rule.Resources, []string{"nodes"})
+	}
+	if !found {
+		t.Errorf("the extra rule is missing: %+v", r.clusterRoles[0].Rules)
+	}
+	// A whole configuration of one's own replaces the generated one.
+	r = render(t, "config: {override: \"scrape_configs:\\n  - job_name: mine\\n    static_configs: [{targets: ['a:1']}]\\n\"}\n", renderOpts{})
+	if got := jobNames(r.shoalConfig()); !slices.Equal(got, []string{"mine"}) {
+		t.Errorf("override: jobs %v, want [mine]", got)
+	}
+}
