@@ -17,9 +17,15 @@ type metrics struct {
 	joins          *prometheus.CounterVec
 }
 
+// eventNodeConflict counts, in cluster_node_gossip_received_events_total,
+// peers that claimed a name another node already uses.
+const eventNodeConflict = "node_conflict"
+
 // newMetrics creates the node's metrics; lamport, health and alive-peers are
-// read at scrape time through the given functions.
-func newMetrics(reg prometheus.Registerer, lamport, health, alive func() float64) *metrics {
+// read at scrape time through the given functions. Every cluster_* series
+// carries a constant cluster_name label (--cluster.name, possibly empty), as
+// Grafana Alloy's do, so that its clustering dashboards work on shoal.
+func newMetrics(reg prometheus.Registerer, clusterName string, lamport, health, alive func() float64) *metrics {
 	m := &metrics{
 		info: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "cluster_node_info",
@@ -65,6 +71,7 @@ func newMetrics(reg prometheus.Registerer, lamport, health, alive func() float64
 	for _, r := range []string{refusedLabel, refusedEncryption} {
 		m.refused.WithLabelValues(r)
 	}
+	m.receivedEvents.WithLabelValues(eventNodeConflict)
 	for _, e := range []string{"join", "leave", "update"} {
 		m.receivedEvents.WithLabelValues(e)
 		m.broadcasts.WithLabelValues(e)
@@ -75,9 +82,9 @@ func newMetrics(reg prometheus.Registerer, lamport, health, alive func() float64
 	m.joins.WithLabelValues("success")
 	m.joins.WithLabelValues("failure")
 	if reg != nil {
-		reg.MustRegister(
+		reg.MustRegister(m.refused, m.badMeta, m.discoveryErrs, m.joins)
+		prometheus.WrapRegistererWith(prometheus.Labels{"cluster_name": clusterName}, reg).MustRegister(
 			m.info, m.peers, m.receivedEvents, m.broadcasts, m.ready, m.minimumSize,
-			m.refused, m.badMeta, m.discoveryErrs, m.joins,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "cluster_node_lamport_time",
 				Help: "This node's lamport clock.",

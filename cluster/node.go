@@ -113,7 +113,7 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Node, err
 		}
 		n.disc.kube, n.disc.namespace, n.disc.selector = kc, ns, cfg.KubernetesLabelSelector
 	}
-	n.metrics = newMetrics(reg,
+	n.metrics = newMetrics(reg, cfg.ClusterName,
 		func() float64 { return float64(n.lamport.Load()) },
 		func() float64 {
 			if ml := n.memberlist(); ml != nil {
@@ -247,6 +247,7 @@ func (n *Node) memberlistConfig(ctx context.Context) (*memberlist.Config, error)
 	c.Keyring = nil
 	c.Delegate = (*delegate)(n)
 	c.Events = (*events)(n)
+	c.Conflict = (*conflicts)(n)
 	c.LogOutput = nil
 	c.Logger = newMemberlistLogger(n.logger, n.metrics.refused)
 	return c, nil
@@ -629,6 +630,20 @@ func (n *Node) observe(mn *memberlist.Node, event string) {
 		n.logger.Debug("peer state", "peer", p.Name, "addr", p.Addr, "state", p.State, "event", event)
 	}
 	n.afterChange()
+}
+
+// conflicts hears from memberlist when a peer claims a name that another
+// live node already has: two nodes with one --cluster.node-name would share
+// one place on the ring, and memberlist keeps only the first.
+type conflicts Node
+
+func (c *conflicts) NotifyConflict(existing, other *memberlist.Node) {
+	n := (*Node)(c)
+	n.metrics.receivedEvents.WithLabelValues(eventNodeConflict).Inc()
+	n.logger.Warn("Two nodes claim the same --cluster.node-name; the second is ignored until the first leaves",
+		"name", existing.Name,
+		"existing_addr", net.JoinHostPort(existing.Addr.String(), strconv.Itoa(int(existing.Port))),
+		"other_addr", net.JoinHostPort(other.Addr.String(), strconv.Itoa(int(other.Port))))
 }
 
 func (n *Node) forget(mn *memberlist.Node) {

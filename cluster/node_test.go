@@ -95,7 +95,7 @@ func TestFiveNodesConverge(t *testing.T) {
 	if err := testutil.GatherAndCompare(n.reg, strings.NewReader(`
 # HELP cluster_node_gossip_alive_peers Members memberlist considers alive (suspect included), this node included.
 # TYPE cluster_node_gossip_alive_peers gauge
-cluster_node_gossip_alive_peers 5
+cluster_node_gossip_alive_peers{cluster_name=""} 5
 `), "cluster_node_gossip_alive_peers"); err != nil {
 		t.Error(err)
 	}
@@ -297,4 +297,49 @@ func TestHTTPAddrWithoutHost(t *testing.T) {
 		}
 		return fmt.Errorf("peers: %+v", nodes[1].Peers())
 	})
+}
+
+// A second node started with a name already in use is counted as a
+// node_conflict event (the ClusterNodeNameConflict alert), and every
+// cluster_* series carries the cluster name.
+func TestNameConflictCounted(t *testing.T) {
+	tn := newTestNet(t)
+	mutate := func(c *Config) { c.ClusterName = "blue" }
+	first := startStatic(t, tn, 2, mutate)[0]
+	impostor := testConfig(tn, 3)
+	impostor.NodeName = first.cfg.NodeName
+	impostor.Join = []string{tn.addr(1)}
+	mutate(&impostor)
+	startNode(t, impostor)
+	eventually(t, 20*time.Second, "node_conflict counted on the first node", func() error {
+		if got := testutil.ToFloat64(first.metrics.receivedEvents.WithLabelValues(eventNodeConflict)); got < 1 {
+			return fmt.Errorf("node_conflict events = %v", got)
+		}
+		return nil
+	})
+	mfs, err := first.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := 0
+	for _, mf := range mfs {
+		if !strings.HasPrefix(mf.GetName(), "cluster_") {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			found := false
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "cluster_name" && lp.GetValue() == "blue" {
+					found = true
+				}
+			}
+			if !found {
+				t.Errorf("%s%v has no cluster_name=\"blue\"", mf.GetName(), m.GetLabel())
+			}
+			seen++
+		}
+	}
+	if seen == 0 {
+		t.Fatal("no cluster_* series gathered")
+	}
 }
