@@ -449,10 +449,10 @@ func (c *Coordinator) peersToWaitFor() []cluster.Peer {
 	return out
 }
 
-// Activate implements scrape.Handoff: the units may append again, and the
-// queues hold everything written from now on until the peers' samples from
-// before their fences of this ring are acknowledged.
-func (c *Coordinator) Activate(units []scrape.Unit) {
+// Activate implements scrape.Handoff: the units, gained under r, may append
+// again, and the queues hold everything written from now on until the
+// peers' samples from before their fences of r are acknowledged.
+func (c *Coordinator) Activate(r *ring.Ring, units []scrape.Unit) {
 	c.fence.Unfence(units)
 	pos, err := c.wal.EndPosition()
 	if err != nil {
@@ -460,9 +460,14 @@ func (c *Coordinator) Activate(units []scrape.Unit) {
 		return
 	}
 	now := c.now()
-	c.mu.Lock()
-	ringID := c.fencedRing
-	c.mu.Unlock()
+	// The ring the units were gained under, not this node's last fence: the
+	// filter activates before it fences, so that may still be the old ring,
+	// and peers that already fenced r would be waited for until their next
+	// fence, which comes only with the next ring change.
+	var ringID uint64
+	if r != nil {
+		ringID = RingID(r)
+	}
 	need := map[string]peerNeed{}
 	for _, p := range c.peersToWaitFor() {
 		if p.Handoff.FencedSeq == 0 {

@@ -364,7 +364,7 @@ func TestFencedPublishesAndAckedFollows(t *testing.T) {
 func gainUnder(t *testing.T, h *harness, r *ring.Ring) {
 	t.Helper()
 	h.c.Fenced(r, true)
-	h.c.Activate([]scrape.Unit{{Key: 9}})
+	h.c.Activate(r, []scrape.Unit{{Key: 9}})
 	if len(h.fence.unfenced) != 1 {
 		t.Fatal("Activate did not un-fence the unit")
 	}

@@ -111,9 +111,10 @@ type Handoff interface {
 	// gained under r has fenced it, so that this node may start.
 	Released(r *ring.Ring) bool
 	// Activate is called with the units about to be passed on to the scrape
-	// manager for the first time (gained, or gained back): they must be
-	// un-fenced, and their first samples ordered after the previous owners'.
-	Activate(units []Unit)
+	// manager for the first time (gained, or gained back) under r: they must
+	// be un-fenced, and their first samples ordered after the previous
+	// owners'. It is called before Fenced(r, ...) of the same re-filter.
+	Activate(r *ring.Ring, units []Unit)
 }
 
 // TargetInfo describes one discovered target and its ownership, for the
@@ -692,7 +693,7 @@ func (f *Filter) handoff(ctx context.Context, unsent *map[string][]*targetgroup.
 		return
 	}
 	if len(w.activated) > 0 {
-		h.Activate(w.activated)
+		h.Activate(w.ring, w.activated)
 	}
 	if len(w.lost) > 0 {
 		if *unsent != nil {

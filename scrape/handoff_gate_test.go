@@ -43,7 +43,7 @@ func (h *recordingHandoff) Released(*ring.Ring) bool {
 	return h.released
 }
 
-func (h *recordingHandoff) Activate(units []Unit) {
+func (h *recordingHandoff) Activate(_ *ring.Ring, units []Unit) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.calls = append(h.calls, "activate")
