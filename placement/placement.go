@@ -429,22 +429,21 @@ func (c *Coordinator) Released(r *ring.Ring) bool {
 	return true
 }
 
-// peersToWaitFor are the live peers that may be scraping: participants and
-// terminating nodes, and viewers that have started announcing fences. A
-// viewer in this node's view may already be a participant in its own (two
-// nodes promoted at the same moment, each not yet seeing the other): each
-// then waits for the other to fence its ring, so that neither starts alone.
-// A viewer that announced nothing yet (still replaying its WAL) has no ring
-// and scrapes nothing.
+// peersToWaitFor are the live peers that may be scraping: every live peer
+// but this node. A viewer in this node's view may already be a participant
+// in its own: two nodes promoted at the same moment each see the other as
+// the viewer that joined, its first fence and promotion still in gossip.
+// Each then waits for the other to fence its ring, so that neither starts
+// the whole key space alone. The price: while a peer replays its WAL (a
+// viewer that has announced nothing), gained targets wait the whole
+// --cluster.handoff-delay.
 func (c *Coordinator) peersToWaitFor() []cluster.Peer {
 	var out []cluster.Peer
 	for _, p := range c.cl.Peers() {
 		if p.Self || p.Name == c.opts.NodeName {
 			continue
 		}
-		if p.State == cluster.Participant || p.State == cluster.Terminating || p.Handoff.FencedSeq > 0 {
-			out = append(out, p)
-		}
+		out = append(out, p)
 	}
 	return out
 }
