@@ -55,6 +55,20 @@ type Manager struct {
 	configured atomic.Bool
 	// handoff holds the hand-off requests (handoff.go).
 	handoff handoff
+	// separateBy is the label whose values never share a request (SeparateBy).
+	separateBy string
+}
+
+// SeparateBy makes every request carry series of one value of the label
+// only. With a replication factor above 1 each owner labels a target's
+// series with its rank, and an HA-deduplicating receiver (the Mimir/Cortex
+// HA tracker) accepts or refuses a whole request by the replica label of its
+// first series: a request mixing ranks would lose the samples of the other
+// rank. Call it before the first ApplyConfig; "" (the default) splits nothing.
+func (m *Manager) SeparateBy(label string) {
+	m.mtx.Lock()
+	defer m.mtx.Unlock()
+	m.separateBy = label
 }
 
 // NewManager returns a Manager for the WAL in walDir that keeps progress files
@@ -223,6 +237,7 @@ func (m *Manager) ApplyConfig(cfg *config.Config) error {
 		if err != nil {
 			return fmt.Errorf("remote_write[%d]: %w", i, err)
 		}
+		sp.settings.separateBy = m.separateBy
 		if _, dup := specs[sp.name]; dup {
 			return fmt.Errorf("remote_write[%d]: queue name %q is used twice (give the entries distinct names)", i, sp.name)
 		}

@@ -41,6 +41,7 @@ type settings struct {
 
 	externalLabels labels.Labels
 	relabel        []*relabel.Config
+	separateBy     string // Manager.SeparateBy
 }
 
 // itemKind says which field of an item is set.

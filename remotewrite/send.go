@@ -3,6 +3,7 @@ package remotewrite
 import (
 	"context"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -121,10 +122,21 @@ func (q *queue) sendUncertain(ctx context.Context, c *chunk) (ok, retried bool) 
 // already be at the receiver.
 func (q *queue) runShard(ctx context.Context, b *shardBuffers, md []prompb.MetricMetadata, end position, resend bool) (ok, retried bool) {
 	items := b.items
+	sep := q.s.separateBy
+	if sep != "" && !resend {
+		// Group by the label's value; stable, so each series (which has one
+		// value) keeps its order.
+		slices.SortStableFunc(items, func(a, b item) int {
+			return strings.Compare(a.lbls.Get(sep), b.lbls.Get(sep))
+		})
+	}
 	for len(items) > 0 || len(md) > 0 {
 		k := min(len(items), q.s.maxPerSend)
-		if resend {
+		switch {
+		case resend:
 			k = len(items) // one original request: never split what was one
+		case sep != "" && k > 0:
+			k = sameValueRun(items[:k], sep)
 		}
 		ok, r := q.send(ctx, b, items[:k], md, end, resend)
 		items, md = items[k:], nil
@@ -134,6 +146,17 @@ func (q *queue) runShard(ctx context.Context, b *shardBuffers, md []prompb.Metri
 		}
 	}
 	return true, retried
+}
+
+// sameValueRun is how many leading items have the first item's value of label.
+func sameValueRun(items []item, label string) int {
+	v := items[0].lbls.Get(label)
+	for i := 1; i < len(items); i++ {
+		if items[i].lbls.Get(label) != v {
+			return i
+		}
+	}
+	return len(items)
 }
 
 // build fills b.req with items grouped by series (one TimeSeries per series

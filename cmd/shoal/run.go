@@ -164,6 +164,10 @@ func run(ctx context.Context, f *flags) error {
 	// Remote write is created before the WAL so that the WAL can ask it which
 	// segments are still needed, and wake it on every commit.
 	a.remote = remotewrite.NewManager(filepath.Join(f.storagePath, "wal"), filepath.Join(f.storagePath, "remotewrite"), logger.With("component", "remotewrite"), reg)
+	if f.clusterEnabled && f.replicationFactor > 1 {
+		// One rank per request, so that HA-deduplicating receivers work.
+		a.remote.SeparateBy(f.replicaLabel)
+	}
 	walOpts := wal.DefaultOptions()
 	walOpts.SegmentSize = int(f.walSegmentSize)
 	walOpts.MaxAge = f.walMaxAge
