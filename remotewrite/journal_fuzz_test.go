@@ -126,11 +126,13 @@ func FuzzJournalTornTail(f *testing.F) {
 	f.Add([]byte{0x40, 7, 0x42, 8, 9, 1, 3}, uint32(45), true)
 	f.Add([]byte{6, 0xff, 0x80, 0x7f, 0, 1, 0x46, 1, 2, 3, 4, 3}, uint32(7), true)
 	f.Add([]byte{}, uint32(3), false)
+	// One file per worker process, rewritten by each run: a directory per
+	// run would make the fuzzer spend its time creating and removing them.
+	path := filepath.Join(f.TempDir(), "q.acks")
 	f.Fuzz(func(t *testing.T, ops []byte, cut uint32, flip bool) {
 		if len(ops) > 256 {
 			return
 		}
-		path := filepath.Join(t.TempDir(), "q.acks")
 		base := position{Segment: 2, Offset: 4096}
 		hdrEnd, recs := writeJournalOps(t, path, base, 3, ops)
 		b, err := os.ReadFile(path)
@@ -195,8 +197,8 @@ func FuzzJournalLoad(f *testing.F) {
 	f.Add(frame([]byte{recDone, 1}), uint8(1), uint8(0))
 	f.Add(frame([]byte{recHeader, 9, 5, 12, 1}), uint8(1), uint8(0))
 	f.Add(append(append([]byte(nil), hdr...), frame([]byte{recIntent, 1, 5, 20, 2, 1, 0, 2})...), uint8(1), uint8(0))
+	path := filepath.Join(f.TempDir(), "q.acks") // one per worker, see above
 	f.Fuzz(func(t *testing.T, data []byte, repairs, cutSeg uint8) {
-		path := filepath.Join(t.TempDir(), "q.acks")
 		if err := os.WriteFile(path, data, 0o644); err != nil {
 			t.Fatal(err)
 		}

@@ -29,8 +29,8 @@ func FuzzReadRepairs(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
+	dir = f.TempDir() // one per worker process: runs follow each other in it
 	f.Fuzz(func(t *testing.T, data []byte) {
-		dir := t.TempDir()
 		if err := os.WriteFile(filepath.Join(dir, RepairsFile), data, 0o644); err != nil {
 			t.Fatal(err)
 		}

@@ -82,8 +82,9 @@ func FuzzLoadConfig(f *testing.F) {
 	} {
 		f.Add(s)
 	}
+	// One directory per worker process: runs follow each other in it.
+	path := filepath.Join(f.TempDir(), "shoal.yml")
 	f.Fuzz(func(t *testing.T, yml string) {
-		path := filepath.Join(t.TempDir(), "shoal.yml")
 		if err := os.WriteFile(path, []byte(yml), 0o644); err != nil {
 			t.Fatal(err)
 		}
