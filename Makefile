@@ -9,7 +9,7 @@ LDFLAGS    = -X github.com/prometheus/common/version.Version=$(VERSION) \
              -X github.com/prometheus/common/version.Revision=$(REVISION) \
              -X github.com/prometheus/common/version.Branch=main
 
-.PHONY: all build test test-unit test-e2e lint lint-chart chart-docs image demo bench clean
+.PHONY: all build test test-unit test-e2e fuzz lint lint-chart chart-docs image demo bench clean
 
 all: build
 
@@ -28,6 +28,19 @@ test-unit:
 
 test-e2e:
 	$(GO) test -count=1 -timeout 40m -v ./e2e/
+
+# Each fuzzer in turn for FUZZTIME (go test runs one -fuzz target at a
+# time). Plain go test, as in test-unit, runs only their seed corpora.
+FUZZTIME ?= 30s
+FUZZERS   = ./remotewrite:FuzzJournalTornTail ./remotewrite:FuzzJournalLoad \
+            ./remotewrite:FuzzReadProgress ./wal:FuzzReadRepairs \
+            ./cluster:FuzzDecodeMeta ./cluster:FuzzMetaRoundTrip \
+            ./cmd/shoal:FuzzLoadConfig ./web:FuzzPeerAnswers
+fuzz:
+	@set -e; for f in $(FUZZERS); do \
+		echo "fuzz $${f#*:} ($${f%%:*}) for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$${f#*:}\$$" -fuzztime $(FUZZTIME) $${f%%:*}; \
+	done
 
 lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go') 2>/dev/null); \
