@@ -30,7 +30,8 @@ test-e2e:
 	$(GO) test -count=1 -timeout 40m -v ./e2e/
 
 # Each fuzzer in turn for FUZZTIME (go test runs one -fuzz target at a
-# time). Plain go test, as in test-unit, runs only their seed corpora.
+# time). Plain go test, as in test-unit, runs only their seed corpora. The
+# first run builds instrumented packages (minutes for cmd/shoal and cluster).
 FUZZTIME ?= 30s
 FUZZERS   = ./remotewrite:FuzzJournalTornTail ./remotewrite:FuzzJournalLoad \
             ./remotewrite:FuzzReadProgress ./wal:FuzzReadRepairs \
