@@ -1,0 +1,128 @@
+// Package testutil holds the helpers the tests of several packages share:
+// polling for a condition instead of sleeping, and reading a metric from a
+// registry or from a /metrics page.
+package testutil
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// PollInterval is how often Poll and Eventually re-check their condition.
+const PollInterval = 20 * time.Millisecond
+
+// Poll calls f until it returns nil or timeout passes, and returns f's last
+// error. Under testing/synctest the wait costs no real time.
+func Poll(timeout time.Duration, f func() error) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		err := f()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(PollInterval)
+	}
+}
+
+// Eventually fails the test with f's last error when f has not returned nil
+// within timeout.
+func Eventually(t testing.TB, timeout time.Duration, what string, f func() error) {
+	t.Helper()
+	if err := Poll(timeout, f); err != nil {
+		t.Fatalf("%s: not reached within %v: %v", what, timeout, err)
+	}
+}
+
+// EventuallyTrue is Eventually for a condition without an error to report.
+func EventuallyTrue(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	Eventually(t, timeout, what, func() error {
+		if cond() {
+			return nil
+		}
+		return fmt.Errorf("condition false")
+	})
+}
+
+// Families gathers g into a map by family name.
+func Families(g prometheus.Gatherer) (map[string]*dto.MetricFamily, error) {
+	mfs, err := g.Gather()
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]*dto.MetricFamily, len(mfs))
+	for _, mf := range mfs {
+		out[mf.GetName()] = mf
+	}
+	return out, nil
+}
+
+// ParseText reads a /metrics page in the text exposition format.
+func ParseText(r io.Reader) (map[string]*dto.MetricFamily, error) {
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	return p.TextToMetricFamilies(r)
+}
+
+// Value returns the sum over the series of family name whose labels include
+// want: counter and gauge values, a histogram's or summary's sample count.
+// It is an error when no series matches, so that a metric that was never
+// registered does not read as zero.
+func Value(mfs map[string]*dto.MetricFamily, name string, want map[string]string) (float64, error) {
+	mf, ok := mfs[name]
+	if !ok {
+		return 0, fmt.Errorf("metric %s not exposed", name)
+	}
+	sum, found := 0.0, false
+	for _, m := range mf.GetMetric() {
+		if !LabelsMatch(m.GetLabel(), want) {
+			continue
+		}
+		found = true
+		switch {
+		case m.Counter != nil:
+			sum += m.GetCounter().GetValue()
+		case m.Gauge != nil:
+			sum += m.GetGauge().GetValue()
+		case m.Untyped != nil:
+			sum += m.GetUntyped().GetValue()
+		case m.Histogram != nil:
+			sum += float64(m.GetHistogram().GetSampleCount())
+		case m.Summary != nil:
+			sum += float64(m.GetSummary().GetSampleCount())
+		}
+	}
+	if !found {
+		return 0, fmt.Errorf("metric %s has no series with labels %v", name, want)
+	}
+	return sum, nil
+}
+
+// GatherValue is Value on what g gathers now.
+func GatherValue(g prometheus.Gatherer, name string, want map[string]string) (float64, error) {
+	mfs, err := Families(g)
+	if err != nil {
+		return 0, err
+	}
+	return Value(mfs, name, want)
+}
+
+// LabelsMatch reports whether lps has every name=value pair of want.
+func LabelsMatch(lps []*dto.LabelPair, want map[string]string) bool {
+	for k, v := range want {
+		if !slices.ContainsFunc(lps, func(lp *dto.LabelPair) bool { return lp.GetName() == k && lp.GetValue() == v }) {
+			return false
+		}
+	}
+	return true
+}
