@@ -385,4 +385,3 @@ func TestSlowClientsAreCut(t *testing.T) {
 		t.Errorf("64KiB header against an 8KiB limit: %d, want 431", resp.StatusCode)
 	}
 }
-
