@@ -3,17 +3,10 @@ package web
 import (
 	"bufio"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -30,51 +23,6 @@ import (
 	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/internal/testutil"
 )
-
-// testCert writes a self-signed certificate for 127.0.0.1 and its key into
-// dir and returns their paths and a pool trusting it.
-func testCert(t *testing.T, dir string) (certFile, keyFile string, pool *x509.CertPool) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(7),
-		Subject:               pkix.Name{CommonName: "shoal web test"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-		IPAddresses:           []net.IP{net.ParseIP("127.0.0.1")},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kb, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	for path, b := range map[string][]byte{
-		certFile: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		keyFile:  pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}),
-	} {
-		if err := os.WriteFile(path, b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool = x509.NewCertPool()
-	pool.AddCert(cert)
-	return certFile, keyFile, pool
-}
 
 // serve runs h on a free 127.0.0.1 port until the test ends and returns the address.
 func serve(t *testing.T, opts Options, tune func(*Handler)) string {
@@ -124,7 +72,7 @@ func serve(t *testing.T, opts Options, tune func(*Handler)) string {
 func TestEveryRouteNeedsAuth(t *testing.T) {
 	const user, password = "ops", "web-Test-pa55word"
 	dir := t.TempDir()
-	certFile, keyFile, pool := testCert(t, dir)
+	certFile, keyFile, pool := testutil.SelfSignedCert(t, dir)
 	hash, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.MinCost)
 	if err != nil {
 		t.Fatal(err)
@@ -278,7 +226,7 @@ func TestSlowClientsAreCut(t *testing.T) {
 		h.limits = serverLimits{readHeader: headerTimeout, read: 5 * time.Second, idle: 5 * time.Second, maxHeaderBytes: 8 << 10}
 	}
 	dir := t.TempDir()
-	certFile, keyFile, _ := testCert(t, dir)
+	certFile, keyFile, _ := testutil.SelfSignedCert(t, dir)
 	tlsCfg := filepath.Join(dir, "web.yml")
 	if err := os.WriteFile(tlsCfg, fmt.Appendf(nil, "tls_server_config:\n  cert_file: %s\n  key_file: %s\n", certFile, keyFile), 0o600); err != nil {
 		t.Fatal(err)
