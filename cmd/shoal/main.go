@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -158,6 +159,24 @@ func parseFlags(args []string) (*flags, error) {
 	if f.nodeName == "" {
 		return nil, fmt.Errorf("--cluster.node-name is empty and the hostname is unknown")
 	}
+	if !f.clusterEnabled {
+		// Cluster settings without a cluster would be silently ignored: a
+		// single agent that scrapes everything where a shard was meant.
+		for _, c := range []struct {
+			set  bool
+			flag string
+		}{
+			{f.waitForSize > 0, "--cluster.wait-for-size"},
+			{f.replicationFactor > 1, "--cluster.replication-factor"},
+			{len(f.clusterJoin) > 0, "--cluster.join"},
+			{f.secretKeyFile != "", "--cluster.secret-key-file"},
+			{f.kubeLabelSelector != "", "--cluster.kubernetes.label-selector"},
+		} {
+			if c.set {
+				return nil, fmt.Errorf("%s is set but --cluster.enabled is not: add --cluster.enabled or drop %s", c.flag, c.flag)
+			}
+		}
+	}
 	return f, nil
 }
 
@@ -180,8 +199,33 @@ func main() {
 	}()
 	if err := run(ctx, f); err != nil {
 		fmt.Fprintln(os.Stderr, "shoal:", err)
-		os.Exit(1)
+		os.Exit(exitCode(err))
 	}
+}
+
+// exitCode is 2 for input the user must fix (a file or flag, as for a bad
+// command line), 1 for anything else.
+func exitCode(err error) int {
+	var ce *configError
+	if errors.As(err, &ce) {
+		return 2
+	}
+	return 1
+}
+
+// configError marks a start-up failure caused by a configuration file or a
+// flag's value rather than by the environment: main exits with code 2.
+type configError struct{ err error }
+
+func (e *configError) Error() string { return e.err.Error() }
+func (e *configError) Unwrap() error { return e.err }
+
+// badConfig wraps err as a configError (nil stays nil).
+func badConfig(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &configError{err}
 }
 
 // nameFlag adds the flag's name to a value error, which kingpin reports
