@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -62,14 +63,53 @@ func fillDisk(t *testing.T, dir string) (free func()) {
 	}
 }
 
+// fillInodes creates empty files until the file system has no inode left
+// (so the WAL cannot start a new segment although there is space) and
+// returns a function that removes them.
+func fillInodes(t *testing.T, dir string) (free func()) {
+	t.Helper()
+	fill := filepath.Join(dir, "inodes")
+	if err := os.Mkdir(fill, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ {
+		f, err := os.Create(filepath.Join(fill, strconv.Itoa(i)))
+		if err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatalf("using up the inodes: %v", err)
+			}
+			break
+		}
+		f.Close()
+	}
+	return func() {
+		if err := os.RemoveAll(fill); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // TestDiskFullRefusesAppendsAndRecovers runs the WAL on a 2 MiB tmpfs that
-// fills up while appending: the failed write and every commit after it are
+// fills up while appending (no space left for the page being written, or
+// no inode left for the next segment): the failed write and every commit after it are
 // refused (counted, shoal_wal_writable 0) without touching the log; once the
 // space is back the next commit reopens the WAL, cutting the batch torn by the
 // failure, and appends go on. Reopened from disk, the WAL replays with no
 // corruption, and holds every committed sample once and in order.
 func TestDiskFullRefusesAppendsAndRecovers(t *testing.T) {
-	mnt := smallTmpfs(t, "2m")
+	for _, tc := range []struct {
+		name    string
+		exhaust func(*testing.T, string) func()
+	}{
+		{"no space", fillDisk},
+		{"no inode for the next segment", fillInodes},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testDiskFull(t, tc.exhaust) })
+	}
+}
+
+func testDiskFull(t *testing.T, exhaust func(*testing.T, string) func()) {
+	mnt := smallTmpfs(t, "2m,nr_inodes=400")
 	dir := filepath.Join(mnt, "wal")
 	// Uncompressed, with batches of several pages, so that the failure
 	// tears a record across a page boundary.
@@ -100,9 +140,9 @@ func TestDiskFullRefusesAppendsAndRecovers(t *testing.T) {
 		}
 	}
 
-	free := fillDisk(t, mnt)
+	free := exhaust(t, mnt)
 	var firstErr error
-	for range 20 {
+	for range 200 {
 		if err := commit(next()); err != nil {
 			firstErr = err
 			break
