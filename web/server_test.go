@@ -156,6 +156,27 @@ func TestEveryRouteNeedsAuth(t *testing.T) {
 	if n := reloads.Load(); n != 1 {
 		t.Errorf("authorised POST /-/reload: %d reloads, want 1", n)
 	}
+	// exporter-toolkit reads the file again for every request: a file broken
+	// while running fails closed (500, nothing served), and a fixed one serves again.
+	good, err := os.ReadFile(webCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(webCfg, append(good, []byte("basic_auth_users: [\n")...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, auth := range [][2]string{{"", ""}, {user, password}} {
+		if code, body := do("GET", "/metrics", auth[0], auth[1]); code == http.StatusOK || strings.Contains(body, "go_goroutines") {
+			t.Errorf("GET /metrics (user %q) with a broken web config: %d, want a refusal", auth[0], code)
+		}
+	}
+	if err := os.WriteFile(webCfg, good, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := do("GET", "/metrics", user, password); code != http.StatusOK {
+		t.Errorf("GET /metrics after the web config was fixed: %d", code)
+	}
+
 	// Plain HTTP to the TLS port gets no page.
 	resp, err := http.Get("http://" + addr + "/metrics")
 	if err == nil {

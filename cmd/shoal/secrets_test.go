@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -41,6 +42,12 @@ func (a *authRecorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	a.kinds[kind]++
 	a.mu.Unlock()
 	http.Error(w, "no entry", http.StatusUnauthorized)
+}
+
+func (a *authRecorder) snapshot() map[string]int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return maps.Clone(a.kinds)
 }
 
 func (a *authRecorder) seen(kind string) int {
@@ -168,7 +175,7 @@ remote_write:
 	testutil.Eventually(t, 60*time.Second, "remote write offering basic, bearer and SigV4 credentials, and an OAuth2 token request", func() error {
 		for _, k := range []string{"Basic", "Bearer", "AWS4-HMAC-SHA256", "token-request"} {
 			if remote.seen(k) == 0 {
-				return fmt.Errorf("no request with %s credentials yet (seen %v)", k, remote.kinds)
+				return fmt.Errorf("no request with %s credentials yet (seen %v)", k, remote.snapshot())
 			}
 		}
 		return nil
