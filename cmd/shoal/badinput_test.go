@@ -153,6 +153,31 @@ func TestBadInputAtStartExits2(t *testing.T) {
 		{"web config bad user hash", "basic_auth_users:\n  ops: not-a-bcrypt-hash\n", []string{"--web.config.file=", "bcrypt"}},
 		{"web config malformed", "basic_auth_users: [\n", []string{"--web.config.file=", "yaml"}},
 	}
+	for _, c := range []struct{ name, content, want string }{
+		{"web client config missing", "", "no such file"},
+		{"web client config unknown field", "basic_auth:\n  username: u\n  pasword_file: pw\n", "field pasword_file not found"},
+		{"web client config password and file", "basic_auth:\n  username: u\n  password: p\n  password_file: pw\n", "at most one of basic_auth password"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			cfg := filepath.Join(dir, "shoal.yml")
+			writeFile(t, cfg, good)
+			clientCfg := filepath.Join(dir, "client.yml")
+			if c.content != "" {
+				writeFile(t, clientCfg, c.content)
+			}
+			code, stderr := runMain(t, append(base(dir, cfg), "--web.client-config.file="+clientCfg)...)
+			if code != 2 {
+				t.Errorf("exit code %d, want 2; stderr:\n%s", code, stderr)
+			}
+			for _, w := range []string{"--web.client-config.file=", clientCfg, c.want} {
+				if !strings.Contains(stderr, w) {
+					t.Errorf("stderr %q lacks %q", stderr, w)
+				}
+			}
+		})
+	}
 	for _, c := range webCases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

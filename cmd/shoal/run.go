@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	versioncollector "github.com/prometheus/client_golang/prometheus/collectors/version"
+	config_util "github.com/prometheus/common/config"
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/common/promslog"
 	"github.com/prometheus/common/version"
@@ -107,6 +108,11 @@ func run(ctx context.Context, f *flags) error {
 	// and exits 2 instead of surfacing as a server that did not start.
 	if err := toolkit.Validate(f.webConfigFile); err != nil {
 		return badConfig(fmt.Errorf("--web.config.file=%q: %w", f.webConfigFile, err))
+	}
+	if f.webClientConfigFile != "" {
+		if _, _, err := config_util.LoadHTTPConfigFile(f.webClientConfigFile); err != nil {
+			return badConfig(fmt.Errorf("--web.client-config.file=%q: %w", f.webClientConfigFile, redactYAMLValues(err)))
+		}
 	}
 
 	if err := os.MkdirAll(f.storagePath, 0o755); err != nil {
