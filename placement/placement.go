@@ -28,6 +28,7 @@ package placement
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -380,13 +381,35 @@ func (c *Coordinator) Fence(ctx context.Context, units []scrape.Unit) error {
 	return c.fence.Fence(ctx, units)
 }
 
+// ViewID identifies what a fence is made under: the ring and the scrape
+// configuration (scrape.ConfigID; 0 for none, which gives RingID(r)). It is
+// what the "fenced ring" watermark carries: a reload that changes a target's
+// URL moves its key without changing the ring, and the gaining node must
+// know that the peers have applied the same configuration and fenced.
+func ViewID(r *ring.Ring, config uint64) uint64 {
+	id := RingID(r)
+	if config == 0 {
+		return id
+	}
+	var d xxhash.Digest
+	d.Reset()
+	var b [16]byte
+	binary.LittleEndian.PutUint64(b[:8], id)
+	binary.LittleEndian.PutUint64(b[8:], config)
+	_, _ = d.Write(b[:])
+	if s := d.Sum64(); s != 0 {
+		return s
+	}
+	return 1
+}
+
 // Fenced implements scrape.Handoff: it numbers the fence, asks the queues to
 // send everything before it now, and gossips it.
-func (c *Coordinator) Fenced(r *ring.Ring, participant bool) {
+func (c *Coordinator) Fenced(r *ring.Ring, config uint64, participant bool) {
 	if r == nil {
 		return // clustering disabled
 	}
-	id := RingID(r)
+	id := ViewID(r, config)
 	c.mu.Lock()
 	if id == c.fencedRing && !c.fencedAny && (participant || c.finalSeq != 0 || !c.terminating) {
 		c.mu.Unlock()
@@ -418,9 +441,10 @@ func (c *Coordinator) watermarksLocked() cluster.Watermarks {
 }
 
 // Released implements scrape.Handoff: every live peer that may scrape has
-// fenced r. Dead or left nodes are not waited for.
-func (c *Coordinator) Released(r *ring.Ring) bool {
-	id := RingID(r)
+// fenced r under the same scrape configuration. Dead or left nodes are not
+// waited for.
+func (c *Coordinator) Released(r *ring.Ring, config uint64) bool {
+	id := ViewID(r, config)
 	for _, p := range c.peersToWaitFor() {
 		if p.Handoff.FencedRing != id {
 			return false
@@ -448,10 +472,10 @@ func (c *Coordinator) peersToWaitFor() []cluster.Peer {
 	return out
 }
 
-// Activate implements scrape.Handoff: the units, gained under r, may append
-// again, and the queues hold everything written from now on until the
-// peers' samples from before their fences of r are acknowledged.
-func (c *Coordinator) Activate(r *ring.Ring, units []scrape.Unit) {
+// Activate implements scrape.Handoff: the units, gained under r and config,
+// may append again, and the queues hold everything written from now on until
+// the peers' samples from before their fences of that view are acknowledged.
+func (c *Coordinator) Activate(r *ring.Ring, config uint64, units []scrape.Unit) {
 	c.fence.Unfence(units)
 	pos, err := c.wal.EndPosition()
 	if err != nil {
@@ -465,7 +489,7 @@ func (c *Coordinator) Activate(r *ring.Ring, units []scrape.Unit) {
 	// fence, which comes only with the next ring change.
 	var ringID uint64
 	if r != nil {
-		ringID = RingID(r)
+		ringID = ViewID(r, config)
 	}
 	need := map[string]peerNeed{}
 	for _, p := range c.peersToWaitFor() {

@@ -17,7 +17,7 @@ func TestReleasedWaitsForViewerWithoutFence(t *testing.T) {
 		h := start(t, Options{})
 		h.cl.setPeer(cluster.Peer{Name: "b", State: cluster.Viewer})
 		alone := ring.New([]string{"a"}, 8)
-		if h.c.Released(alone) {
+		if h.c.Released(alone, 0) {
 			t.Fatal("released a ring of one while a live viewer (maybe already a participant in its own view) has announced nothing")
 		}
 	})
