@@ -11,10 +11,10 @@
 //     end, asks the remote-write queues to send up to it at once, and gossips
 //     "fenced seq/ring" and, once the queues have acknowledged that position,
 //     "acked seq".
-//   - Gaining side: a gained target starts when every live participant or
-//     terminating peer (and every viewer that announces fences) has fenced
-//     the ring it was gained under (Released),
-//     or after --cluster.handoff-delay. On start the Coordinator holds the
+//   - Gaining side: a gained target starts when every live peer, viewers
+//     included, has fenced the view it was gained under (Released: the ring
+//     and the scrape configuration, ViewID), or after
+//     --cluster.handoff-delay. On start the Coordinator holds the
 //     remote-write queues at the WAL end until every such peer has
 //     acknowledged its fence of that ring (a fence made before the hold, so
 //     two holding nodes never wait for each other), the peer is gone, or
