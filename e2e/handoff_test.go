@@ -153,7 +153,9 @@ func (h *handoffRun) finish(checkValues bool) time.Duration {
 	}
 
 	// Never scraped by two nodes at once: two scrapes of a target closer
-	// than half an interval mean two scrapers.
+	// than half an interval over two connections mean two scrapers. Over
+	// one connection it is one loop whose tick came late (a starved
+	// process; see scrapers_test.go): logged, not an error.
 	for _, tg := range h.targets {
 		tg.mu.Lock()
 		served := slices.Clone(tg.served)
@@ -162,12 +164,30 @@ func (h *handoffRun) finish(checkValues bool) time.Duration {
 			if served[i].Before(h.began) {
 				continue
 			}
-			if d := served[i].Sub(served[i-1]); d < scrapeInterval/2 {
-				t.Errorf("%s scraped twice within %v at %s: two nodes scraped it", tg.addr, d.Round(time.Millisecond), served[i].Format("15:04:05.000"))
-				break
+			d := served[i].Sub(served[i-1])
+			if d >= scrapeInterval/2 {
+				continue
 			}
+			c1, who1 := tg.scrapeBy(i - 1)
+			c2, who2 := tg.scrapeBy(i)
+			if c1 == c2 && c1 != "" {
+				t.Logf("%s scraped twice within %v at %s over one connection (%s): one late scrape, not two scrapers", tg.addr, d.Round(time.Millisecond), served[i].Format("15:04:05.000"), who1)
+				continue
+			}
+			t.Errorf("%s scraped twice within %v at %s: by %q over %s and %q over %s", tg.addr, d.Round(time.Millisecond), served[i].Format("15:04:05.000"), who1, c1, who2, c2)
+			break
 		}
 	}
+
+	byWho := map[string]int{}
+	for _, tg := range h.targets {
+		tg.mu.Lock()
+		for _, c := range tg.from {
+			byWho[tg.conns[c]]++
+		}
+		tg.mu.Unlock()
+	}
+	t.Logf("scrapes by process (\"\": not told): %v", byWho)
 
 	if checkValues {
 		vals, err := h.recv.counterValues()
