@@ -70,6 +70,9 @@ type Cluster interface {
 // Filter is the ownership filter (*scrape.Filter).
 type Filter interface {
 	SetRing(r *ring.Ring, self string, replicationFactor int, participant bool)
+	// SetKubeNodes gives the participants' Kubernetes node names, for
+	// node-local targets; it is called before SetRing when they change.
+	SetKubeNodes(byPeer map[string]string)
 	Recheck()
 }
 
@@ -316,9 +319,13 @@ func (c *Coordinator) updateRing() {
 	self := c.cl.Self()
 	participant := self.State == cluster.Participant && c.cl.Ready()
 	key := fmt.Sprint(participant)
+	kube := map[string]string{}
 	for _, p := range peers {
 		if p.State == cluster.Participant {
-			key += "\xff" + p.Name
+			key += "\xff" + p.Name + "\xfe" + p.KubeNode
+			if p.KubeNode != "" {
+				kube[p.Name] = p.KubeNode
+			}
 		}
 	}
 	c.mu.Lock()
@@ -335,6 +342,7 @@ func (c *Coordinator) updateRing() {
 	r := buildRing(peers, c.opts.Tokens)
 	c.ring, c.ringKey = r, key
 	c.mu.Unlock()
+	f.SetKubeNodes(kube)
 	f.SetRing(r, c.opts.NodeName, c.opts.ReplicationFactor, participant)
 }
 

@@ -147,6 +147,8 @@ func (f *fakeFilter) SetRing(r *ring.Ring, _ string, _ int, participant bool) {
 
 func (f *fakeFilter) Recheck() {}
 
+func (f *fakeFilter) SetKubeNodes(map[string]string) {}
+
 func (f *fakeFilter) last() (*ring.Ring, bool, int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

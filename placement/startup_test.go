@@ -44,6 +44,8 @@ func (f *fencingFilter) SetRing(r *ring.Ring, _ string, _ int, participant bool)
 
 func (f *fencingFilter) Recheck() {}
 
+func (f *fencingFilter) SetKubeNodes(map[string]string) {}
+
 func (f *fencingFilter) last() *ring.Ring {
 	f.mu.Lock()
 	defer f.mu.Unlock()

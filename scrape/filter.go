@@ -191,9 +191,11 @@ type ringState struct {
 	self        string
 	rf          int
 	participant bool
+	kube        *kubeNodes // for node-local targets; see sharding.go
 }
 
-// owners returns the owners of key under s, appended to buf[:0].
+// owners returns the ring owners of key under s, appended to buf[:0]
+// (ownersOf applies the target's sharding mode first).
 func (s ringState) owners(key uint64, buf []string) []string {
 	if s.ring == nil {
 		return append(buf[:0], s.self)
@@ -201,25 +203,13 @@ func (s ringState) owners(key uint64, buf []string) []string {
 	return s.ring.Owners(key, s.rf, buf)
 }
 
-// rank reports whether s.self scrapes key under s, and as which rank.
-func (s ringState) rank(key uint64, buf []string) (int, bool) {
-	if !s.participant {
-		return 0, false
-	}
-	if s.ring == nil {
-		return 0, true
-	}
-	i := slices.Index(s.ring.Owners(key, s.rf, buf), s.self)
-	return i, i >= 0
-}
-
-// ownedByOther reports whether some node other than s.self owned key under
+// ownedByOther reports whether some node other than s.self owned e under
 // s, i.e. whether someone may still be scraping it.
-func (s ringState) ownedByOther(key uint64, buf []string) bool {
+func (s ringState) ownedByOther(e entry, buf []string) bool {
 	if s.ring == nil {
 		return false
 	}
-	for _, o := range s.ring.Owners(key, s.rf, buf) {
+	for _, o := range s.ownersOf(e, buf) {
 		if o != s.self {
 			return true
 		}
@@ -243,6 +233,8 @@ type entry struct {
 	group, index int
 	key          uint64
 	series       uint64 // seriesID of the final labels
+	mode         shardMode
+	node         string // KubeNodeLabel, for node-local targets
 	url          string
 	labels       labels.Labels // final labels; empty when dropped
 	reason       string        // non-empty when the target has no key
@@ -331,7 +323,7 @@ func (f *Filter) SetRing(r *ring.Ring, self string, replicationFactor int, parti
 		replicationFactor = 1
 	}
 	f.mu.Lock()
-	f.latest = ringState{ring: r, self: self, rf: replicationFactor, participant: participant}
+	f.latest = ringState{ring: r, self: self, rf: replicationFactor, participant: participant, kube: f.latest.kube}
 	f.mu.Unlock()
 	select {
 	case f.ringSignal <- struct{}{}:
@@ -471,8 +463,18 @@ func computeEntries(js *jobState, cfg *config.ScrapeConfig, lb *labels.Builder) 
 					firstErr = fmt.Errorf("group %q target %d: %w", g.Source, ti, err)
 				}
 			default:
+				mode, node, err := shardingOf(final, tl, g.Labels)
+				if err != nil {
+					e.reason = reasonInvalidPrefix + err.Error()
+					invalid++
+					if firstErr == nil {
+						firstErr = fmt.Errorf("group %q target %d: %w", g.Source, ti, err)
+					}
+					break
+				}
 				e.key, e.url, e.labels = key, u, final
 				e.series = seriesID(final)
+				e.mode, e.node = mode, node
 			}
 			entries = append(entries, e)
 		}
@@ -563,7 +565,7 @@ func (f *Filter) refilter(now time.Time) (out map[string][]*targetgroup.Group, c
 		if _, still := known[old]; still {
 			return false, false
 		}
-		return true, prev.ownedByOther(old, buf)
+		return true, prev.ownedByOther(entry{key: old}, buf)
 	}
 	out = make(map[string][]*targetgroup.Group, len(f.jobs))
 	for job, js := range f.jobs {
@@ -594,7 +596,7 @@ func (f *Filter) refilter(now time.Time) (out map[string][]*targetgroup.Group, c
 			// already decided.
 			_, active := owned[e.key]
 			_, held := waiting[e.key]
-			if rank, mine := cur.rank(e.key, buf); !active && !held && mine {
+			if rank, mine := cur.rankOf(e, buf); !active && !held && mine {
 				oldRank, wasOwned := f.owned[e.key]
 				w, wasWaiting := f.waiting[e.key]
 				wasWaiting = wasWaiting && w.rank == rank
@@ -628,7 +630,7 @@ func (f *Filter) refilter(now time.Time) (out map[string][]*targetgroup.Group, c
 					// A peer may still be scraping it: wait until every
 					// peer has fenced this ring, or the delay.
 					waiting[e.key] = waitEntry{due: now.Add(f.opts.HandoffDelay), rank: rank}
-				case h == nil && wasKnown && f.opts.HandoffDelay > 0 && prev.ownedByOther(e.key, buf):
+				case h == nil && wasKnown && f.opts.HandoffDelay > 0 && prev.ownedByOther(e, buf):
 					// Someone else was scraping it: give them time to stop.
 					waiting[e.key] = waitEntry{due: now.Add(f.opts.HandoffDelay), rank: rank}
 				default:
@@ -652,7 +654,11 @@ func (f *Filter) refilter(now time.Time) (out map[string][]*targetgroup.Group, c
 				g := filtered[e.group]
 				tl := js.groups[e.group].Targets[e.index]
 				if h != nil {
-					tl = f.decorate(tl, Unit{Key: e.key, Rank: owned[e.key]}, cur.rf)
+					replica := ""
+					if e.mode == modeAll && cur.ring != nil {
+						replica = cur.self
+					}
+					tl = f.decorate(tl, Unit{Key: e.key, Rank: owned[e.key]}, cur.rf, replica)
 				}
 				g.Targets = append(g.Targets, tl)
 			}
@@ -820,13 +826,16 @@ func (f *Filter) awaitStopped(ctx context.Context, units []Unit) {
 	}
 }
 
-// decorate returns tl with the hand-off unit and, with a replication factor
-// above 1, the replica label set.
-func (f *Filter) decorate(tl model.LabelSet, u Unit, rf int) model.LabelSet {
+// decorate returns tl with the hand-off unit and the replica label set:
+// to replica when given (all-mode targets: the node name), else to the rank
+// with a replication factor above 1.
+func (f *Filter) decorate(tl model.LabelSet, u Unit, rf int, replica string) model.LabelSet {
 	out := make(model.LabelSet, len(tl)+2)
 	maps.Copy(out, tl)
 	out[UnitLabel] = model.LabelValue(u.String())
-	if rf > 1 && f.opts.ReplicaLabel != "" {
+	if replica != "" && f.opts.ReplicaLabel != "" {
+		out[model.LabelName(f.opts.ReplicaLabel)] = model.LabelValue(replica)
+	} else if rf > 1 && f.opts.ReplicaLabel != "" {
 		out[model.LabelName(f.opts.ReplicaLabel)] = model.LabelValue(strconv.Itoa(u.Rank))
 	}
 	return out
@@ -886,7 +895,7 @@ func (f *Filter) Targets() []TargetInfo {
 				res = append(res, ti)
 				continue
 			}
-			ti.Owners = s.owners(e.key, nil)
+			ti.Owners = s.ownersOf(e, nil)
 			_, ti.Owned = f.owned[e.key]
 			_, waiting := f.waiting[e.key]
 			switch {
@@ -928,9 +937,19 @@ func (f *Filter) OwnedCounts() map[string]int {
 		}
 	}
 	buf := make([]string, 0, f.applied.rf)
-	for k := range f.known {
-		for _, o := range f.applied.owners(k, buf) {
-			counts[o]++
+	seen := make(map[uint64]struct{}, len(f.known))
+	for job, js := range f.jobs {
+		if f.cfgs[job] == nil {
+			continue
+		}
+		for _, e := range js.entries {
+			if _, dup := seen[e.key]; dup || e.reason != "" {
+				continue
+			}
+			seen[e.key] = struct{}{}
+			for _, o := range f.applied.ownersOf(e, buf) {
+				counts[o]++
+			}
 		}
 	}
 	return counts
