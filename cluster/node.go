@@ -542,12 +542,13 @@ func (n *Node) markReady(reason string) {
 		return
 	}
 	n.ready = true
+	// The gauge before the channel: a WaitReady caller may read it at once.
+	n.metrics.ready.Set(1)
 	close(n.readyCh)
 	if n.readyTimer != nil {
 		n.readyTimer.Stop()
 	}
 	n.mu.Unlock()
-	n.metrics.ready.Set(1)
 	if n.cfg.WaitForSize > 0 {
 		n.logger.Info("cluster ready for traffic", "reason", reason, "wait_for_size", n.cfg.WaitForSize)
 	}
