@@ -131,8 +131,12 @@ type TargetInfo struct {
 	Labels           labels.Labels
 	DiscoveredLabels labels.Labels
 	// Owners are the nodes that own the key under the current ring, primary
-	// first; just this node when clustering is disabled.
+	// first; just this node when clustering is disabled. The sharding mode
+	// comes first: every participant (all), the one on the target's node
+	// (node-local).
 	Owners []string
+	// Sharding is the target's ShardingLabel value ("" for ring).
+	Sharding string
 	// Owned reports whether this node scrapes the target now.
 	Owned bool
 	// DropReason says why this node does not scrape it: "" when Owned, else
@@ -896,6 +900,7 @@ func (f *Filter) Targets() []TargetInfo {
 				continue
 			}
 			ti.Owners = s.ownersOf(e, nil)
+			ti.Sharding = e.labels.Get(ShardingLabel)
 			_, ti.Owned = f.owned[e.key]
 			_, waiting := f.waiting[e.key]
 			switch {
