@@ -452,13 +452,22 @@ func (c *Coordinator) watermarksLocked() cluster.Watermarks {
 // fenced r under the same scrape configuration. Dead or left nodes are not
 // waited for.
 func (c *Coordinator) Released(r *ring.Ring, config uint64) bool {
-	id := ViewID(r, config)
+	id, old := ViewID(r, config), RingID(r)
 	for _, p := range c.peersToWaitFor() {
-		if p.Handoff.FencedRing != id {
+		if !fencedView(p, id, old) {
 			return false
 		}
 	}
 	return true
+}
+
+// fencedView reports whether p's last fence is of the view id. A peer of
+// the previous version announces the plain RingID (it knows no
+// configuration views, and hands off nothing on a reload): its fence of the
+// ring counts, so that a rolling upgrade does not wait for every hand-off
+// delay and hold.
+func fencedView(p cluster.Peer, id, ringID uint64) bool {
+	return p.Handoff.FencedRing == id || p.Handoff.FencedRing == ringID
 }
 
 // peersToWaitFor are the live peers that may be scraping: every live peer
@@ -495,9 +504,9 @@ func (c *Coordinator) Activate(r *ring.Ring, config uint64, units []scrape.Unit)
 	// filter activates before it fences, so that may still be the old ring,
 	// and peers that already fenced r would be waited for until their next
 	// fence, which comes only with the next ring change.
-	var ringID uint64
+	var viewID, ringID uint64
 	if r != nil {
-		ringID = ViewID(r, config)
+		viewID, ringID = ViewID(r, config), RingID(r)
 	}
 	need := map[string]peerNeed{}
 	for _, p := range c.peersToWaitFor() {
@@ -507,8 +516,8 @@ func (c *Coordinator) Activate(r *ring.Ring, config uint64, units []scrape.Unit)
 			continue
 		}
 		seq := p.Handoff.FencedSeq
-		if p.Handoff.FencedRing != ringID {
-			seq++ // released by the hand-off delay: its fence of this ring is still to come
+		if !fencedView(p, viewID, ringID) {
+			seq++ // released by the hand-off delay: its fence of this view is still to come
 		}
 		need[p.Name] = peerNeed{seq: seq, start: p.StartTime}
 	}

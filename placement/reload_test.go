@@ -51,3 +51,25 @@ func TestReleasedAndHoldFollowTheConfiguration(t *testing.T) {
 		}
 	})
 }
+
+// A peer of the previous version announces its fence of the plain ring: it
+// counts, or a rolling upgrade would wait out every hand-off delay and hold
+// remote write until that peer's next fence.
+func TestReleasedAcceptsRingOnlyFenceOfOlderPeer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := start(t, Options{HandoffTimeout: time.Minute})
+		r := ring.New([]string{"a", "b"}, 8)
+		h.cl.setPeer(participant("b", cluster.Watermarks{FencedSeq: 3, FencedRing: RingID(r), AckedSeq: 3}))
+		if !h.c.Released(r, 8) {
+			t.Fatal("an older peer's fence of the ring does not release it")
+		}
+		h.c.Fenced(r, 8, true)
+		h.c.Activate(r, 8, []scrape.Unit{{Key: 9}})
+		h.remote.ack(wal.Position{Segment: 1 << 30})
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if h.remote.held() != 0 {
+			t.Fatal("hold waits for an older peer's next fence although it acknowledged its fence of the ring")
+		}
+	})
+}
