@@ -32,9 +32,12 @@ const (
 
 // Peer is one alive member of the cluster as seen by this node.
 type Peer struct {
-	Name      string
-	Addr      string // gossip address, host:port
-	HTTPAddr  string // advertised HTTP address; empty if the peer set none
+	Name     string
+	Addr     string // gossip address, host:port
+	HTTPAddr string // advertised HTTP address; empty if the peer set none
+	// KubeNode is the Kubernetes node the peer runs on (Config.KubeNode);
+	// empty if it set none.
+	KubeNode  string
 	State     State
 	Self      bool
 	StartTime time.Time
@@ -412,6 +415,7 @@ func (n *Node) selfLocked() Peer {
 		Name:      n.cfg.NodeName,
 		Addr:      addr,
 		HTTPAddr:  n.cfg.HTTPAddr,
+		KubeNode:  n.cfg.KubeNode,
 		State:     n.state,
 		Self:      true,
 		StartTime: n.startTime,
@@ -538,12 +542,13 @@ func (n *Node) markReady(reason string) {
 		return
 	}
 	n.ready = true
+	// The gauge before the channel: a WaitReady caller may read it at once.
+	n.metrics.ready.Set(1)
 	close(n.readyCh)
 	if n.readyTimer != nil {
 		n.readyTimer.Stop()
 	}
 	n.mu.Unlock()
-	n.metrics.ready.Set(1)
 	if n.cfg.WaitForSize > 0 {
 		n.logger.Info("cluster ready for traffic", "reason", reason, "wait_for_size", n.cfg.WaitForSize)
 	}
@@ -617,7 +622,7 @@ func (n *Node) observe(mn *memberlist.Node, event string) {
 		n.metrics.badMeta.Inc()
 		n.logger.Warn("peer sent metadata this node cannot read; treating it as a viewer", "peer", mn.Name, "addr", p.Addr, "err", err)
 	} else {
-		p.State, p.HTTPAddr = st, m.HTTPAddr
+		p.State, p.HTTPAddr, p.KubeNode = st, m.HTTPAddr, m.KubeNode
 		p.StartTime = time.UnixMilli(m.StartTime)
 		p.Handoff = m.watermarks()
 		n.mergeLamport(m.Lamport)
@@ -673,7 +678,7 @@ func (n *Node) mergeLamport(seen uint64) {
 }
 
 func (n *Node) metaLocked() []byte {
-	return encodeMetaWith(n.state, n.cfg.HTTPAddr, n.startTime, n.metaClock, n.watermarks)
+	return encodeMetaKube(n.state, n.cfg.HTTPAddr, n.cfg.KubeNode, n.startTime, n.metaClock, n.watermarks)
 }
 
 // delegate gives memberlist this node's metadata.

@@ -47,6 +47,7 @@ type flags struct {
 	clusterJoin            []string
 	kubeLabelSelector      string
 	kubeNamespace          string
+	kubeNodeName           string
 	rejoinInterval         time.Duration
 	clusterName            string
 	secretKeyFile          string
@@ -110,6 +111,8 @@ func parseFlags(args []string) (*flags, error) {
 		Default("").StringVar(&f.kubeLabelSelector)
 	app.Flag("cluster.kubernetes.namespace", "Namespace of the peer pods for --cluster.kubernetes.label-selector (default: this pod's namespace).").
 		Default("").StringVar(&f.kubeNamespace)
+	app.Flag("cluster.kubernetes.node-name", "Name of the Kubernetes node this replica runs on (the downward API's spec.nodeName), gossiped to peers: targets whose __shoal_sharding__ label is node-local are scraped by the replica on their __meta_kubernetes_pod_node_name.").
+		Envar("NODE_NAME").Default("").StringVar(&f.kubeNodeName)
 	app.Flag("cluster.rejoin-interval", "Re-resolve peers and rejoin this often, healing a split brain; 0 disables.").
 		Default("60s").DurationVar(&f.rejoinInterval)
 	app.Flag("cluster.name", "Cluster name, gossiped as the memberlist label: clusters with different names never merge.").
@@ -130,7 +133,7 @@ func parseFlags(args []string) (*flags, error) {
 		Default("5m").DurationVar(&f.handoffTimeout)
 	app.Flag("cluster.terminate-grace", "On shutdown, how long to wait for this node's last samples of handed-off targets to be acknowledged after it turned terminating.").
 		Default("5s").DurationVar(&f.terminateGraceDeadline)
-	app.Flag("cluster.replica-label", "With --cluster.replication-factor above 1, the target label that carries each owner's rank for the target (0 for the primary). Must not start with \"__\".").
+	app.Flag("cluster.replica-label", "With --cluster.replication-factor above 1, the target label that carries each owner's rank for the target (0 for the primary); on targets whose __shoal_sharding__ label is all, each node's name. Must not start with \"__\".").
 		Default("replica").StringVar(&f.replicaLabel)
 
 	promslogflag.AddFlags(app, &f.log)

@@ -464,6 +464,7 @@ func (a *agent) newClusterNode() (*cluster.Node, error) {
 	cfg.Join = f.clusterJoin
 	cfg.KubernetesLabelSelector = f.kubeLabelSelector
 	cfg.KubernetesNamespace = f.kubeNamespace
+	cfg.KubeNode = f.kubeNodeName
 	cfg.RejoinInterval = f.rejoinInterval
 	cfg.ClusterName = f.clusterName
 	cfg.SecretKey = key
