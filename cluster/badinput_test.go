@@ -269,11 +269,6 @@ func TestGossipBadInput(t *testing.T) {
 			if now[tc.reason] <= before[tc.reason] {
 				return fmt.Errorf("refused{reason=%q} still %v; all: %v", tc.reason, now[tc.reason], now)
 			}
-			for r, v := range now {
-				if r != tc.reason && v != before[r] {
-					return fmt.Errorf("counted under %q too: %v -> %v", r, before[r], v)
-				}
-			}
 			return nil
 		})
 		t.Logf("%-45s -> refused{reason=%q}", tc.name, tc.reason)
