@@ -496,22 +496,34 @@ func (t responseInfoTransport) RoundTrip(req *http.Request) (*http.Response, err
 	return resp, nil
 }
 
+// maxRetryAfter bounds the wait a Retry-After header can impose: a receiver
+// asking for a day (or a value that overflows) would otherwise stall the
+// queue that long after it has recovered.
+const maxRetryAfter = 5 * time.Minute
+
 // parseRetryAfter understands both forms of the header: delay-seconds and an
-// HTTP date. It returns 0 for anything else or a date in the past.
+// HTTP date, at most maxRetryAfter. It returns 0 for anything else or a
+// date in the past.
 func parseRetryAfter(v string, now time.Time) time.Duration {
 	v = strings.TrimSpace(v)
 	if v == "" {
 		return 0
 	}
-	if s, err := strconv.Atoi(v); err == nil {
-		if s < 0 {
-			return 0
-		}
+	s, err := strconv.ParseInt(v, 10, 64)
+	switch {
+	case err == nil && s < 0:
+		return 0
+	case err == nil && s > int64(maxRetryAfter/time.Second),
+		errors.Is(err, strconv.ErrRange) && s > 0: // more digits than int64 holds
+		return maxRetryAfter
+	case err == nil:
 		return time.Duration(s) * time.Second
+	case errors.Is(err, strconv.ErrRange):
+		return 0 // hugely negative
 	}
 	if t, err := http.ParseTime(v); err == nil {
 		if d := t.Sub(now); d > 0 {
-			return d
+			return min(d, maxRetryAfter)
 		}
 	}
 	return 0
