@@ -445,3 +445,40 @@ remote_write:
 	rcv.srv.Close()
 	goleak.VerifyNone(t, ignore)
 }
+
+// TestStopWhileRemoteHangs: a receiver that never answers (remote_timeout
+// at its 30s default) must not hold shutdown past the flush deadline, and
+// what was not acknowledged is still unacknowledged in the progress file
+// (sent again after a restart).
+func TestStopWhileRemoteHangs(t *testing.T) {
+	walDir, progDir := dirs(t)
+	tw := newTestWAL(t, walDir)
+	var arrived atomic.Int32
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		arrived.Add(1)
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(release) })
+	refs := tw.fleet(1, 2)
+	writeRounds(tw, refs, 1000, 3)
+	tm := startManager(t, walDir, progDir, rwConfig(t, srv.URL, ""))
+	waitFor(t, "a request hanging at the receiver", func() bool { return arrived.Load() > 0 })
+
+	const flush = 500 * time.Millisecond
+	start := time.Now()
+	tm.shutdown(t, flush)
+	// The bound is the flush deadline plus what stopping takes (progress
+	// written, goroutines joined); the 30s remote_timeout must not count.
+	if took := time.Since(start); took > flush+5*time.Second {
+		t.Errorf("Stop took %v with a hanging receiver; flush deadline %v", took, flush)
+	}
+	if pf, ok, _ := readProgress(filepath.Join(progDir, "q.json")); ok && pf.position() != (position{}) {
+		t.Errorf("progress %+v moved past samples the receiver never acknowledged", pf.position())
+	}
+}
