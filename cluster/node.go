@@ -67,6 +67,7 @@ type Node struct {
 	left       bool
 	stopped    bool
 	peers      map[string]Peer // other alive members, by name
+	conflict   Conflict        // the last name conflict memberlist reported
 	subs       map[int]chan struct{}
 	nextSub    int
 	ready      bool
@@ -645,6 +646,7 @@ type conflicts Node
 func (c *conflicts) NotifyConflict(existing, other *memberlist.Node) {
 	n := (*Node)(c)
 	n.metrics.receivedEvents.WithLabelValues(eventNodeConflict).Inc()
+	n.noteConflict(existing, other)
 	n.logger.Warn("Two nodes claim the same --cluster.node-name; the second is ignored until the first leaves",
 		"name", existing.Name,
 		"existing_addr", net.JoinHostPort(existing.Addr.String(), strconv.Itoa(int(existing.Port))),

@@ -533,6 +533,7 @@ func loadConfig(filename string, logger *slog.Logger) (*config.Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("loading --config.file=%q: %w", filename, redactYAMLValues(err))
 	}
+	applyScrapeDefaults(cfg)
 	// scrape_config_files are read here, so that a broken one is caught now.
 	if _, err := cfg.GetScrapeConfigs(); err != nil {
 		return nil, fmt.Errorf("loading scrape configs of --config.file=%q: %w", filename, redactYAMLValues(err))
