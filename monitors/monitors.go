@@ -26,7 +26,8 @@
 //     settings and honor-label overrides do not exist; an object naming a
 //     scrape class is rejected.
 //
-// Supported fields, per kind, are listed in SUPPORT.md next to this file.
+// The fields supported per kind, and the differences from the operator,
+// are listed in SUPPORT.md next to this file.
 package monitors
 
 import (
