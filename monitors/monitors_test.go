@@ -194,9 +194,9 @@ func TestConvertAllKinds(t *testing.T) {
 			"basic_auth:\n  username: alice\n  password: s3cret",
 			"ca: CA", "cert: CERT", "key: KEY", "server_name: web.apps.svc", "min_version: TLS12",
 			"- role: endpoints\n  namespaces:\n    names:\n    - apps\n    - apps-staging\n  attach_metadata:\n    node: true",
-			"regex: (web);true",                                  // matchLabels
+			"regex: (web);true", // matchLabels
 			"action: drop\n  source_labels:\n  - __meta_kubernetes_service_label_tier", // NotIn
-			"- __meta_kubernetes_service_labelpresent_canary",     // DoesNotExist
+			"- __meta_kubernetes_service_labelpresent_canary",                          // DoesNotExist
 			"- __meta_kubernetes_endpoint_port_name\n  regex: metrics",
 			"target_label: team", "target_label: version",
 			"- __meta_kubernetes_service_label_app_kubernetes_io_name\n  target_label: job",
@@ -254,7 +254,9 @@ func TestConvertIsDeterministic(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for i := range 20 {
 		o := sampleObjects(t)
-		rng.Shuffle(len(o.ServiceMonitors), func(i, j int) { o.ServiceMonitors[i], o.ServiceMonitors[j] = o.ServiceMonitors[j], o.ServiceMonitors[i] })
+		rng.Shuffle(len(o.ServiceMonitors), func(i, j int) {
+			o.ServiceMonitors[i], o.ServiceMonitors[j] = o.ServiceMonitors[j], o.ServiceMonitors[i]
+		})
 		rng.Shuffle(len(o.ScrapeConfigs), func(i, j int) { o.ScrapeConfigs[i], o.ScrapeConfigs[j] = o.ScrapeConfigs[j], o.ScrapeConfigs[i] })
 		if got := mustConvert(t, o, testResolver).YAML(); !bytes.Equal(got, want) {
 			t.Fatalf("round %d: output differs after shuffling\n--- got\n%s\n--- want\n%s", i, got, want)
