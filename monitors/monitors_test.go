@@ -21,7 +21,7 @@ var testResolver = mapResolver{
 	secrets: map[string]map[string]string{
 		"apps/auth":  {"user": "alice", "pass": "s3cret", "token": "tok", "client-secret": "cs"},
 		"apps/tls":   {"key": "KEY", "cert": "CERT"},
-		"infra/auth": {"token": "infra-token"},
+		"infra/auth": {"token": "infra-token", "scw": "11111111-2222-3333-4444-555555555555"},
 	},
 	configMaps: map[string]map[string]string{
 		"apps/ca": {"ca.crt": "CA"},
@@ -153,6 +153,21 @@ spec:
   gceSDConfigs: [{project: p, zone: europe-west1-b}]
   openstackSDConfigs: [{role: Instance, region: r1, identityEndpoint: "https://keystone/v3", username: u, password: {name: auth, key: token}, domainName: d}]
   azureSDConfigs: [{subscriptionID: sub, authenticationMethod: ManagedIdentity}]
+`, `
+metadata: {name: more, namespace: infra}
+spec:
+  nameValidationScheme: UTF8
+  nameEscapingScheme: Dots
+  kumaSDConfigs: [{server: "http://kuma:5676", clientID: c, fetchTimeout: 5s, authorization: {credentials: {name: auth, key: token}}}]
+  eurekaSDConfigs: [{server: "http://eureka:8761/eureka", refreshInterval: 30s}]
+  dockerSDConfigs: [{host: "unix:///var/run/docker.sock", hostNetworkingHost: localhost, matchFirstNetwork: true, filters: [{name: label, values: [a]}], port: 9100}]
+  linodeSDConfigs: [{region: us-east, tagSeparator: ",", authorization: {credentials: {name: auth, key: token}}}]
+  hetznerSDConfigs: [{role: Hcloud, labelSelector: "env=prod", authorization: {credentials: {name: auth, key: token}}}]
+  nomadSDConfigs: [{server: "http://nomad:4646", allowStale: true, namespace: default, region: global}]
+  dockerSwarmSDConfigs: [{host: "tcp://swarm:2375", role: Tasks, filters: [{name: service, values: [api]}]}]
+  puppetDBSDConfigs: [{url: "https://puppetdb", query: "resources { type = \"Class\" }", includeParameters: true}]
+  scalewaySDConfigs: [{accessKey: SCWXXXXXXXXXXXXXXXXX, secretKey: {name: auth, key: scw}, projectID: 66666666-7777-8888-9999-000000000000, role: Baremetal, zone: fr-par-1, tagsFilter: [a]}]
+  ionosSDConfigs: [{datacenterID: dc1, authorization: {credentials: {name: auth, key: token}}}]
 `),
 	}
 }
@@ -166,14 +181,14 @@ func TestConvertAllKinds(t *testing.T) {
 	want := []string{
 		"podMonitor/apps/workers/0", "podMonitor/apps/workers/1",
 		"probe/apps/sites",
-		"scrapeConfig/apps/static", "scrapeConfig/infra/discovery",
+		"scrapeConfig/apps/static", "scrapeConfig/infra/discovery", "scrapeConfig/infra/more",
 		"serviceMonitor/apps/web/0", "serviceMonitor/apps/web/1",
 		"serviceMonitor/infra/any/0",
 	}
 	if strings.Join(names, " ") != strings.Join(want, " ") {
 		t.Fatalf("jobs\n got %v\nwant %v", names, want)
 	}
-	if r.Objects[monitors.KindServiceMonitor] != 2 || r.Objects[monitors.KindPodMonitor] != 1 || r.Objects[monitors.KindProbe] != 1 || r.Objects[monitors.KindScrapeConfig] != 2 {
+	if r.Objects[monitors.KindServiceMonitor] != 2 || r.Objects[monitors.KindPodMonitor] != 1 || r.Objects[monitors.KindProbe] != 1 || r.Objects[monitors.KindScrapeConfig] != 3 {
 		t.Errorf("object counts %v", r.Objects)
 	}
 	jobs := map[string]monitors.Job{}
@@ -230,6 +245,15 @@ func TestConvertAllKinds(t *testing.T) {
 			"- targets:\n  - https://example.com\n  - https://example.org\n  labels:\n    env: prod\n    namespace: apps",
 			"target_label: __address__\n  replacement: blackbox:9115", "target_label: job\n  replacement: blackbox",
 			"target_label: probed_by", "insecure_skip_verify: true",
+		},
+		"scrapeConfig/infra/more": {
+			"metric_name_validation_scheme: utf8", "metric_name_escaping_scheme: dots",
+			"kuma_sd_configs:", "fetch_timeout: 5s", "client_id: c", "eureka_sd_configs:",
+			"docker_sd_configs:", "host_networking_host: localhost", "match_first_network: true",
+			"linode_sd_configs:", "hetzner_sd_configs:", "role: hcloud", "label_selector: env=prod",
+			"nomad_sd_configs:", "allow_stale: true", "dockerswarm_sd_configs:", "role: tasks",
+			"puppetdb_sd_configs:", "include_parameters: true", "scaleway_sd_configs:", "role: baremetal",
+			"secret_key: 11111111-2222-3333-4444-555555555555", "ionos_sd_configs:", "datacenter_id: dc1",
 		},
 		"scrapeConfig/apps/static": {"- db:9100", "role: infra", "password: s3cret", "action: keep"},
 		"scrapeConfig/infra/discovery": {
@@ -324,10 +348,14 @@ spec: {endpoints: [{port: web}, {port: web, basicAuth: {username: {name: auth, k
 metadata: {name: pm, namespace: apps}
 spec: {podMetricsEndpoints: [{port: web, tlsConfig: {ca: {configMap: {name: ca, key: other}}}}]}`)},
 			`PodMonitor apps/pm: spec.podMetricsEndpoints[0].tlsConfig.ca.configMap: configMap apps/ca key "other": key not found`},
-		{"unsupported discovery", monitors.Objects{ScrapeConfigs: decode[monitoringv1alpha1.ScrapeConfig](t, `
+		{"missing secret in discovery", monitors.Objects{ScrapeConfigs: decode[monitoringv1alpha1.ScrapeConfig](t, `
 metadata: {name: sc, namespace: apps}
-spec: {dockerSDConfigs: [{host: "unix:///var/run/docker.sock"}]}`)},
-			`ScrapeConfig apps/sc: spec.dockerSDConfigs: this service discovery is not supported`},
+spec: {ovhcloudSDConfigs: [{applicationKey: k, applicationSecret: {name: ovh, key: s}, consumerKey: {name: auth, key: token}, service: VPS}]}`)},
+			`ScrapeConfig apps/sc: spec.ovhcloudSDConfigs[0].applicationSecret: secret apps/ovh key "s": secret not found`},
+		{"proxy from environment and proxy URL", monitors.Objects{ScrapeConfigs: decode[monitoringv1alpha1.ScrapeConfig](t, `
+metadata: {name: sc, namespace: apps}
+spec: {consulSDConfigs: [{server: "consul:8500", proxyUrl: "http://p", proxyFromEnvironment: true}]}`)},
+			`ScrapeConfig apps/sc: spec.consulSDConfigs[0]: if proxyFromEnvironment is configured, proxyUrl must not be configured`},
 		{"scrape class", monitors.Objects{Probes: decode[monitoringv1.Probe](t, `
 metadata: {name: p, namespace: apps}
 spec: {scrapeClass: fancy, prober: {url: "bb:9115"}, targets: {staticConfig: {static: [a]}}}`)},

@@ -1,7 +1,6 @@
 package monitors
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 
@@ -11,54 +10,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 )
 
-// unsupportedSD lists the service discovery kinds of the ScrapeConfig type
-// this package does not convert yet. An object using one is rejected with an
-// error naming the field, never converted without it.
-var unsupportedSD = []struct {
-	field string
-	set   func(*monitoringv1alpha1.ScrapeConfigSpec) bool
-}{
-	{"digitalOceanSDConfigs", func(s *monitoringv1alpha1.ScrapeConfigSpec) bool { return len(s.DigitalOceanSDConfigs) > 0 }},
-	{"kumaSDConfigs", func(s *monitoringv1alpha1.ScrapeConfigSpec) bool { return len(s.KumaSDConfigs) > 0 }},
-	{"eurekaSDConfigs", func(s *monitoringv1alpha1.ScrapeConfigSpec) bool { return len(s.EurekaSDConfigs) > 0 }},
-	{"dockerSDConfigs", func(s *monitoringv1alpha1.ScrapeConfigSpec) bool { return len(s.DockerSDConfigs) > 0 }},
-	{"linodeSDConfigs", func(s *monitoringv1alpha1.ScrapeConfigSpec) bool { return len(s.LinodeSDConfigs) > 0 }},
-	{"hetznerSDConfigs", func(s *monitoringv1alpha1.ScrapeConfigSpec) bool { return len(s.HetznerSDConfigs) > 0 }},
-	{"nomadSDConfigs", func(s *monitoringv1alpha1.ScrapeConfigSpec) bool { return len(s.NomadSDConfigs) > 0 }},
-	{"dockerSwarmSDConfigs", func(s *monitoringv1alpha1.ScrapeConfigSpec) bool { return len(s.DockerSwarmSDConfigs) > 0 }},
-	{"puppetDBSDConfigs", func(s *monitoringv1alpha1.ScrapeConfigSpec) bool { return len(s.PuppetDBSDConfigs) > 0 }},
-	{"lightSailSDConfigs", func(s *monitoringv1alpha1.ScrapeConfigSpec) bool { return len(s.LightSailSDConfigs) > 0 }},
-	{"ovhcloudSDConfigs", func(s *monitoringv1alpha1.ScrapeConfigSpec) bool { return len(s.OVHCloudSDConfigs) > 0 }},
-	{"scalewaySDConfigs", func(s *monitoringv1alpha1.ScrapeConfigSpec) bool { return len(s.ScalewaySDConfigs) > 0 }},
-	{"ionosSDConfigs", func(s *monitoringv1alpha1.ScrapeConfigSpec) bool { return len(s.IonosSDConfigs) > 0 }},
-}
-
-// UnsupportedScrapeConfigFields names the ScrapeConfig spec fields that
-// make an object fail to convert.
-func UnsupportedScrapeConfigFields() []string {
-	out := make([]string, 0, len(unsupportedSD)+2)
-	for _, u := range unsupportedSD {
-		out = append(out, "spec."+u.field)
-	}
-	return append(out, "spec.nameValidationScheme", "spec.nameEscapingScheme")
-}
-
 // scrapeConfig generates the job scrapeConfig/<namespace>/<name>.
 func (c *converter) scrapeConfig(sc *monitoringv1alpha1.ScrapeConfig) []yaml.MapSlice {
 	s := &sc.Spec
 	c.noScrapeClass(s.ScrapeClassName)
-	for _, u := range unsupportedSD {
-		if u.set(s) {
-			c.fail("spec."+u.field, errors.New("this service discovery is not supported by shoal's converter yet"))
-		}
-	}
-	if s.NameValidationScheme != nil {
-		c.fail("spec.nameValidationScheme", errors.New("not supported by shoal's converter yet"))
-	}
-	if s.NameEscapingScheme != nil {
-		c.fail("spec.nameEscapingScheme", errors.New("not supported by shoal's converter yet"))
-	}
-
 	cfg := yaml.MapSlice{item("job_name", fmt.Sprintf("scrapeConfig/%s/%s", sc.Namespace, sc.Name))}
 	rl := initRelabelings()
 	if s.JobName != nil {
@@ -104,6 +59,8 @@ func (c *converter) scrapeConfig(sc *monitoringv1alpha1.ScrapeConfig) []yaml.Map
 	cfg = c.azureSD(cfg, s.AzureSDConfigs)
 	cfg = c.gceSD(cfg, s.GCESDConfigs)
 	cfg = c.openstackSD(cfg, s.OpenStackSDConfigs)
+	cfg = c.moreSDs(cfg, s)
+	cfg = c.nameSchemes(cfg, s.NameValidationScheme, s.NameEscapingScheme)
 
 	rl = append(rl, c.relabelings("spec.relabelings", s.RelabelConfigs)...)
 	cfg = kv(cfg, "relabel_configs", rl)
