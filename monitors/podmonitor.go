@@ -50,19 +50,15 @@ func (c *converter) podMonitorEndpoint(m *monitoringv1.PodMonitor, ep monitoring
 	if !roleSelector {
 		rl = append(rl, c.selectorRelabelings("spec.selector", "__meta_kubernetes_pod", m.Spec.Selector)...)
 	}
-	port := ""
 	switch {
 	case ep.Port != nil && *ep.Port != "":
-		port = *ep.Port
-		rl = append(rl, yaml.MapSlice{item("action", "keep"), item("source_labels", relabelKeys("__meta_kubernetes_pod_container_port_name")), item("regex", port)})
+		rl = append(rl, yaml.MapSlice{item("action", "keep"), item("source_labels", relabelKeys("__meta_kubernetes_pod_container_port_name")), item("regex", *ep.Port)})
 	case ep.PortNumber != nil && *ep.PortNumber != 0:
 		rl = append(rl, yaml.MapSlice{item("action", "keep"), item("source_labels", relabelKeys("__meta_kubernetes_pod_container_port_number")), item("regex", strconv.Itoa(int(*ep.PortNumber)))})
 	case ep.TargetPort != nil && ep.TargetPort.StrVal != "": //nolint:staticcheck // deprecated but still part of the API
-		port = ep.TargetPort.StrVal //nolint:staticcheck
-		rl = append(rl, yaml.MapSlice{item("action", "keep"), item("source_labels", relabelKeys("__meta_kubernetes_pod_container_port_name")), item("regex", port)})
+		rl = append(rl, yaml.MapSlice{item("action", "keep"), item("source_labels", relabelKeys("__meta_kubernetes_pod_container_port_name")), item("regex", ep.TargetPort.StrVal)}) //nolint:staticcheck
 	case ep.TargetPort != nil && ep.TargetPort.IntVal != 0: //nolint:staticcheck
-		port = ep.TargetPort.String() //nolint:staticcheck
-		rl = append(rl, yaml.MapSlice{item("action", "keep"), item("source_labels", relabelKeys("__meta_kubernetes_pod_container_port_number")), item("regex", port)})
+		rl = append(rl, yaml.MapSlice{item("action", "keep"), item("source_labels", relabelKeys("__meta_kubernetes_pod_container_port_number")), item("regex", ep.TargetPort.String())}) //nolint:staticcheck
 	}
 	rl = append(rl,
 		copyRelabeling("__meta_kubernetes_namespace", "namespace"),
@@ -76,8 +72,13 @@ func (c *converter) podMonitorEndpoint(m *monitoringv1.PodMonitor, ep monitoring
 	if m.Spec.JobLabel != "" {
 		rl = append(rl, labelRelabeling("__meta_kubernetes_pod_label_"+sanitizeLabelName(m.Spec.JobLabel), "job"))
 	}
-	if port != "" {
-		rl = append(rl, yaml.MapSlice{item("target_label", "endpoint"), item("replacement", port)})
+	// Like the operator, the endpoint label comes from port, else from
+	// targetPort, even when portNumber chose the port.
+	switch {
+	case ep.Port != nil && *ep.Port != "":
+		rl = append(rl, yaml.MapSlice{item("target_label", "endpoint"), item("replacement", *ep.Port)})
+	case ep.TargetPort != nil && ep.TargetPort.String() != "": //nolint:staticcheck
+		rl = append(rl, yaml.MapSlice{item("target_label", "endpoint"), item("replacement", ep.TargetPort.String())}) //nolint:staticcheck
 	}
 	rl = append(rl, c.relabelings(f+".relabelings", ep.RelabelConfigs)...)
 	cfg = kv(cfg, "relabel_configs", rl)
