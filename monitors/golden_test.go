@@ -31,6 +31,8 @@ const operatorModule = "github.com/prometheus-operator/prometheus-operator@v0.85
 type goldenCase struct {
 	Golden          string                             `json:"golden"`
 	Fragment        string                             `json:"fragment"`
+	Secrets         map[string]map[string]string       `json:"secrets"`
+	ConfigMaps      map[string]map[string]string       `json:"configMaps"`
 	ServiceMonitors []*monitoringv1.ServiceMonitor     `json:"serviceMonitors"`
 	PodMonitors     []*monitoringv1.PodMonitor         `json:"podMonitors"`
 	Probes          []*monitoringv1.Probe              `json:"probes"`
@@ -78,9 +80,11 @@ func TestOperatorGolden(t *testing.T) {
 	if err := sigsyaml.UnmarshalStrict(raw, &gf); err != nil {
 		t.Fatal(err)
 	}
-	res := mapResolver{secrets: gf.Secrets, configMaps: gf.ConfigMaps}
 	for _, tc := range gf.Cases {
 		t.Run(strings.TrimSuffix(tc.Golden, ".golden"), func(t *testing.T) {
+			// A case's own Secrets and ConfigMaps replace the shared ones
+			// of the same name, as the operator's tests use different stores.
+			res := mapResolver{secrets: merge(gf.Secrets, tc.Secrets), configMaps: merge(gf.ConfigMaps, tc.ConfigMaps)}
 			r := mustConvert(t, monitors.Objects{
 				ServiceMonitors: tc.ServiceMonitors, PodMonitors: tc.PodMonitors,
 				Probes: tc.Probes, ScrapeConfigs: tc.ScrapeConfigs,
@@ -100,7 +104,7 @@ func TestOperatorGolden(t *testing.T) {
 				t.Fatal(err)
 			}
 			for i := range doc.ScrapeConfigs {
-				doc.ScrapeConfigs[i] = inlineTLSFiles(t, stripSharding(doc.ScrapeConfigs[i]), gf.Secrets)
+				doc.ScrapeConfigs[i] = inlineTLSFiles(t, stripSharding(doc.ScrapeConfigs[i]), res.secrets)
 			}
 			want := loadJobs(t, mustMarshal(t, map[string]any{"scrape_configs": doc.ScrapeConfigs}))
 			got := loadJobs(t, r.YAML())
@@ -116,6 +120,17 @@ func TestOperatorGolden(t *testing.T) {
 			}
 		})
 	}
+}
+
+func merge(base, over map[string]map[string]string) map[string]map[string]string {
+	out := map[string]map[string]string{}
+	for k, v := range base {
+		out[k] = v
+	}
+	for k, v := range over {
+		out[k] = v
+	}
+	return out
 }
 
 // loadJobs loads a scrape_configs document with Prometheus' config.Load and
