@@ -77,6 +77,10 @@ type Options struct {
 	// role instead of endpoints, unless the object sets
 	// spec.serviceDiscoveryRole itself.
 	EndpointSlice bool
+	// Global is the global section the jobs will be loaded with; each job
+	// is checked against it (a scrape timeout above the interval it
+	// inherits is an error only there). Nil means Prometheus' defaults.
+	Global *config.GlobalConfig
 }
 
 // Source names the object a job was generated from.
@@ -180,6 +184,10 @@ func splitLines(b []byte) func(func([]byte) bool) {
 func Convert(ctx context.Context, objs Objects, res Resolver, opts Options) *Result {
 	r := &Result{Objects: map[string]int{}}
 	var gens []generated
+	global := config.DefaultGlobalConfig
+	if opts.Global != nil {
+		global = *opts.Global
+	}
 
 	add := func(src Source, jobs []yaml.MapSlice, err *Error) {
 		gens = append(gens, generated{src: src, jobs: jobs, err: err})
@@ -233,7 +241,7 @@ func Convert(ctx context.Context, objs Objects, res Resolver, opts Options) *Res
 			r.Errors = append(r.Errors, g.err)
 			continue
 		}
-		jobs, err := parseJobs(g.src, g.jobs)
+		jobs, err := parseJobs(g.src, g.jobs, global)
 		if err != nil {
 			r.Errors = append(r.Errors, err)
 			continue
@@ -256,8 +264,9 @@ func compareSource(a, b Source) int {
 }
 
 // parseJobs renders the generated jobs and parses them with Prometheus' own
-// decoder, which checks every field the way a config file is checked.
-func parseJobs(src Source, jobs []yaml.MapSlice) ([]Job, *Error) {
+// decoder and validation, which check every field the way a config file is
+// checked, so that one bad object cannot make the merged config fail to load.
+func parseJobs(src Source, jobs []yaml.MapSlice, global config.GlobalConfig) ([]Job, *Error) {
 	out := make([]Job, 0, len(jobs))
 	for _, j := range jobs {
 		b, err := yaml.Marshal(j)
@@ -266,6 +275,13 @@ func parseJobs(src Source, jobs []yaml.MapSlice) ([]Job, *Error) {
 		}
 		sc := &config.ScrapeConfig{}
 		if err := yaml.UnmarshalStrict(b, sc); err != nil {
+			return nil, &Error{Source: src, Err: fmt.Errorf("generated scrape config %q is invalid: %w", jobName(j), err)}
+		}
+		// Validate fills in defaults, so it runs on a copy: Config stays
+		// what the file form would parse to.
+		check := &config.ScrapeConfig{}
+		_ = yaml.UnmarshalStrict(b, check) // the same bytes parsed without error above
+		if err := check.Validate(global); err != nil {
 			return nil, &Error{Source: src, Err: fmt.Errorf("generated scrape config %q is invalid: %w", jobName(j), err)}
 		}
 		out = append(out, Job{Source: src, Config: sc, YAML: b})

@@ -7,9 +7,11 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+	"time"
 
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	monitoringv1alpha1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1alpha1"
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/common/promslog"
 	"github.com/prometheus/prometheus/config"
 	sigsyaml "sigs.k8s.io/yaml"
@@ -328,6 +330,18 @@ spec: {endpoints: [{port: web}]}`)}
 	}
 }
 
+func TestOptionsGlobal(t *testing.T) {
+	o := monitors.Objects{ServiceMonitors: decode[monitoringv1.ServiceMonitor](t, `
+metadata: {name: web, namespace: apps}
+spec: {endpoints: [{port: web, scrapeTimeout: 2m}]}`)}
+	global := config.DefaultGlobalConfig
+	global.ScrapeInterval = model.Duration(5 * time.Minute)
+	r := monitors.Convert(context.Background(), o, testResolver, monitors.Options{Global: &global})
+	if len(r.Errors) > 0 || len(r.Jobs) != 1 {
+		t.Fatalf("a 2m timeout under a 5m global interval is valid; got errors %v", r.Errors)
+	}
+}
+
 // TestBadObjects checks that an object that cannot be converted is reported
 // with its name and the field at fault, contributes no job, and does not
 // stop the others.
@@ -372,6 +386,10 @@ spec: {prober: {url: "bb:9115"}}`)},
 metadata: {name: sc, namespace: apps}
 spec: {kubernetesSDConfigs: [{role: Node, selectors: [{role: Pod, label: "a=b"}]}]}`)},
 			`ScrapeConfig apps/sc: generated scrape config "scrapeConfig/apps/sc" is invalid: node role supports only node selectors`},
+		{"timeout above the inherited interval", monitors.Objects{ServiceMonitors: decode[monitoringv1.ServiceMonitor](t, `
+metadata: {name: web, namespace: apps}
+spec: {endpoints: [{port: web, scrapeTimeout: 2m}]}`)},
+			`ServiceMonitor apps/web: generated scrape config "serviceMonitor/apps/web/0" is invalid: scrape timeout greater than scrape interval`},
 		{"negative limit", monitors.Objects{ServiceMonitors: decode[monitoringv1.ServiceMonitor](t, `
 metadata: {name: web, namespace: apps}
 spec: {sampleLimit: -1, endpoints: [{port: web}]}`)},
