@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -422,5 +423,29 @@ spec: {endpoints: [{port: b}]}`)},
 				t.Errorf("the good object's job is missing or the bad one produced jobs: %d jobs", len(r.Jobs))
 			}
 		})
+	}
+}
+
+// BenchmarkConvert converts 100 ServiceMonitors of two endpoints each, the
+// work a replica does on every change of the monitor set.
+func BenchmarkConvert(b *testing.B) {
+	var sms []*monitoringv1.ServiceMonitor
+	for i := range 100 {
+		sms = append(sms, decode[monitoringv1.ServiceMonitor](&testing.T{}, fmt.Sprintf(`
+metadata: {name: web-%d, namespace: apps}
+spec:
+  selector: {matchLabels: {app: web-%d}}
+  endpoints:
+  - {port: metrics, basicAuth: {username: {name: auth, key: user}, password: {name: auth, key: pass}}, metricRelabelings: [{action: drop, sourceLabels: [__name__], regex: "go_.*"}]}
+  - {port: admin, interval: 1m}
+`, i, i))...)
+	}
+	objs := monitors.Objects{ServiceMonitors: sms}
+	b.ReportAllocs()
+	for b.Loop() {
+		r := monitors.Convert(context.Background(), objs, testResolver, monitors.Options{})
+		if len(r.Jobs) != 200 {
+			b.Fatalf("%d jobs", len(r.Jobs))
+		}
 	}
 }
