@@ -278,9 +278,9 @@ func parseJobs(src Source, jobs []yaml.MapSlice, global config.GlobalConfig) ([]
 			return nil, &Error{Source: src, Err: fmt.Errorf("generated scrape config %q is invalid: %w", jobName(j), err)}
 		}
 		// Validate fills in defaults, so it runs on a copy: Config stays
-		// what the file form would parse to.
-		check := &config.ScrapeConfig{}
-		_ = yaml.UnmarshalStrict(b, check) // the same bytes parsed without error above
+		// what the file form would parse to. It only assigns top-level
+		// fields, so a shallow copy is enough.
+		check := *sc
 		if err := check.Validate(global); err != nil {
 			return nil, &Error{Source: src, Err: fmt.Errorf("generated scrape config %q is invalid: %w", jobName(j), err)}
 		}

@@ -341,6 +341,11 @@ spec: {endpoints: [{port: web, scrapeTimeout: 2m}]}`)}
 	if len(r.Errors) > 0 || len(r.Jobs) != 1 {
 		t.Fatalf("a 2m timeout under a 5m global interval is valid; got errors %v", r.Errors)
 	}
+	// Checking must not fill in the global's values: the consumer loads
+	// the job with its own global section.
+	if got := r.Jobs[0].Config.ScrapeInterval; got != 0 {
+		t.Errorf("job's scrape interval %v, want unset", got)
+	}
 }
 
 // TestBadObjects checks that an object that cannot be converted is reported
