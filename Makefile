@@ -36,7 +36,7 @@ FUZZTIME ?= 30s
 FUZZERS   = ./remotewrite:FuzzJournalTornTail ./remotewrite:FuzzJournalLoad \
             ./remotewrite:FuzzReadProgress ./wal:FuzzReadRepairs \
             ./cluster:FuzzDecodeMeta ./cluster:FuzzMetaRoundTrip \
-            ./cmd/shoal:FuzzLoadConfig ./web:FuzzPeerAnswers
+            ./cmd/shoal:FuzzLoadConfig ./web:FuzzPeerAnswers ./monitors:FuzzConvert
 fuzz:
 	@set -e; for f in $(FUZZERS); do \
 		echo "fuzz $${f#*:} ($${f%%:*}) for $(FUZZTIME)"; \
