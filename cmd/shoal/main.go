@@ -46,6 +46,7 @@ type flags struct {
 	clusterJoin            []string
 	kubeLabelSelector      string
 	kubeNamespace          string
+	kubeconfig             string
 	rejoinInterval         time.Duration
 	clusterName            string
 	secretKeyFile          string
@@ -109,6 +110,8 @@ func parseFlags(args []string) (*flags, error) {
 		Default("").StringVar(&f.kubeLabelSelector)
 	app.Flag("cluster.kubernetes.namespace", "Namespace of the peer pods for --cluster.kubernetes.label-selector (default: this pod's namespace).").
 		Default("").StringVar(&f.kubeNamespace)
+	app.Flag("cluster.kubernetes.kubeconfig", "Kubeconfig file for --cluster.kubernetes.label-selector, for a shoal outside the cluster (default: the in-cluster service account). Its context's namespace is the default of --cluster.kubernetes.namespace.").
+		Default("").StringVar(&f.kubeconfig)
 	app.Flag("cluster.rejoin-interval", "Re-resolve peers and rejoin this often, healing a split brain; 0 disables.").
 		Default("60s").DurationVar(&f.rejoinInterval)
 	app.Flag("cluster.name", "Cluster name, gossiped as the memberlist label: clusters with different names never merge.").

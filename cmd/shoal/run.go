@@ -443,6 +443,16 @@ func (a *agent) newClusterNode() (*cluster.Node, error) {
 	cfg.Join = f.clusterJoin
 	cfg.KubernetesLabelSelector = f.kubeLabelSelector
 	cfg.KubernetesNamespace = f.kubeNamespace
+	if f.kubeconfig != "" && f.kubeLabelSelector != "" {
+		kc, ns, err := kubeClientFromFile(f.kubeconfig)
+		if err != nil {
+			return nil, err
+		}
+		cfg.KubeClient = kc
+		if cfg.KubernetesNamespace == "" {
+			cfg.KubernetesNamespace = ns
+		}
+	}
 	cfg.RejoinInterval = f.rejoinInterval
 	cfg.ClusterName = f.clusterName
 	cfg.SecretKey = key
