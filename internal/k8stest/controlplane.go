@@ -95,9 +95,6 @@ func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 	if c.EtcdVersion, err = versionOf(ctx, o.Binaries.Etcd, "etcd Version:"); err != nil {
 		return nil, err
 	}
-	if c.APIServerVersion, err = versionOf(ctx, o.Binaries.APIServer, "Kubernetes"); err != nil {
-		return nil, err
-	}
 	keys, err := writePKI(filepath.Join(o.Dir, "pki"), ip)
 	if err != nil {
 		return nil, fmt.Errorf("k8stest: keys and certificates: %w", err)
@@ -109,6 +106,10 @@ func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 	}
 	etcdURL := "http://" + hostPort(o.IP, ports[0])
 	if err := c.startEtcd(o, etcdURL, "http://"+hostPort(o.IP, ports[1])); err != nil {
+		c.Stop()
+		return nil, err
+	}
+	if c.APIServerVersion, err = versionOf(ctx, o.Binaries.APIServer, "Kubernetes"); err != nil {
 		c.Stop()
 		return nil, err
 	}

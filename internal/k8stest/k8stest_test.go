@@ -166,13 +166,55 @@ func mustRead(t *testing.T, path string) []byte {
 	return b
 }
 
+// requireEtcd is RequireBinaries for the tests that run etcd only.
+func requireEtcd(t *testing.T) Binaries {
+	t.Helper()
+	b, err := FindBinaries()
+	var missing *MissingError
+	if b.Etcd == "" && errors.As(err, &missing) {
+		RequireBinaries(t)
+	}
+	return b
+}
+
+// TestStartEtcd starts the real etcd alone: it answers /health, and Stop
+// ends it.
+func TestStartEtcd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd")
+	}
+	bins := requireEtcd(t)
+	dir := t.TempDir()
+	c := &ControlPlane{dir: dir}
+	ports, err := freePorts("127.0.0.1", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + hostPort("127.0.0.1", ports[0])
+	err = c.startEtcd(Options{Binaries: bins, Dir: dir, StartTimeout: time.Minute}, url, "http://"+hostPort("127.0.0.1", ports[1]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if c.etcd.exited() == nil {
+		t.Fatal("etcd still running after Stop")
+	}
+	if conn, err := net.DialTimeout("tcp", strings.TrimPrefix(url, "http://"), time.Second); err == nil {
+		conn.Close()
+		t.Errorf("etcd still listening at %s after Stop", url)
+	}
+}
+
 // TestStartReportsEtcdFailure starts the real etcd where its data directory
 // cannot be created: Start must return at once with etcd's own complaint.
 func TestStartReportsEtcdFailure(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts etcd")
 	}
-	bins := RequireBinaries(t)
+	bins := requireEtcd(t)
+	bins.APIServer = "/bin/false" // never reached
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "etcd"), nil, 0o600); err != nil {
 		t.Fatal(err)
@@ -186,6 +228,7 @@ func TestStartReportsEtcdFailure(t *testing.T) {
 	if !strings.Contains(err.Error(), "etcd exited") || !strings.Contains(err.Error(), filepath.Join(dir, "etcd")) {
 		t.Fatalf("Start: %v; want etcd's exit and its log naming the data directory", err)
 	}
+	t.Logf("Start: %v", err)
 	if d := time.Since(start); d > DefaultOptions().StartTimeout/2 {
 		t.Errorf("Start took %v to report etcd's exit; it should not wait for the start timeout", d)
 	}
