@@ -463,7 +463,9 @@ func TestKubernetesRBACMissingVerb(t *testing.T) {
 	w := k.workload(ns, releaseName+"-shoal")
 	r := k.startShoalPod(w, releaseName+"-shoal-0", ip, "")
 	r.waitHTTP(startTimeout)
-	want := `cannot list resource "pods"`
+	// The API server's own words, as both discovery paths log them: shoal's
+	// peer discovery, and client-go's reflector under kubernetes_sd_configs.
+	const forbidden = `pods is forbidden: User \"system:serviceaccount:rbac:obs-shoal\" cannot list resource \"pods\"`
 	testutil.Eventually(t, convergeTimeout, "the RBAC error in the log and the discovery error metric", func() error {
 		if err := r.exitedEarly(); err != nil {
 			t.Fatal(err)
@@ -472,14 +474,16 @@ func TestKubernetesRBACMissingVerb(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		var peerErr bool
+		var peers, targets bool
 		for line := range strings.SplitSeq(string(data), "\n") {
-			if strings.Contains(line, "peer discovery failed") && strings.Contains(line, want) {
-				peerErr = true
+			if !strings.Contains(line, forbidden) {
+				continue
 			}
+			peers = peers || strings.Contains(line, "peer discovery failed")
+			targets = targets || strings.Contains(line, "failed to list *v1.Pod")
 		}
-		if !peerErr {
-			return fmt.Errorf("no peer discovery log line with %q", want)
+		if !peers || !targets {
+			return fmt.Errorf("log lines with %s: from peer discovery %v, from target discovery %v", forbidden, peers, targets)
 		}
 		n, err := r.metricValue("shoal_cluster_discovery_errors_total", map[string]string{"method": "kubernetes"})
 		if err != nil {
