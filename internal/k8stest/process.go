@@ -1,7 +1,6 @@
 package k8stest
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -146,5 +145,3 @@ func freePorts(ip string, n int) ([]int, error) {
 }
 
 func hostPort(ip string, port int) string { return net.JoinHostPort(ip, strconv.Itoa(port)) }
-
-var errNotReady = errors.New("not ready")
