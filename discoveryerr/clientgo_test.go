@@ -1,0 +1,105 @@
+package discoveryerr
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/shoal-dev/shoal/internal/testutil"
+)
+
+// syncBuffer is the log output, written by the informer's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestClientGoHandlerRecordsInformerRefusal runs a real client-go informer,
+// logging through klog into ClientGoHandler, against a lister that the "API
+// server" forbids and then allows.
+func TestClientGoHandlerRecordsInformerRefusal(t *testing.T) {
+	var out syncBuffer
+	var rec Recorder
+	// Shoal's logger at its default level, info: the success message (V(2))
+	// must be seen without reaching the log.
+	next := slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelInfo})
+	klog.SetSlogLogger(slog.New(ClientGoHandler(next, &rec)))
+	t.Cleanup(klog.ClearLogger)
+
+	var forbid atomic.Bool
+	forbid.Store(true)
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(context.Context, metav1.ListOptions) (runtime.Object, error) {
+			if forbid.Load() {
+				return nil, apierrors.NewForbidden(corev1.Resource("pods"), "", errFake)
+			}
+			return &corev1.PodList{ListMeta: metav1.ListMeta{ResourceVersion: "1"}}, nil
+		},
+		WatchFuncWithContext: func(_ context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			if o.SendInitialEvents != nil {
+				// Not a streaming list: client-go falls back to a list.
+				return nil, apierrors.NewBadRequest("no streaming lists here")
+			}
+			return watch.NewFake(), nil
+		},
+	}
+	inf := cache.NewSharedInformer(lw, &corev1.Pod{}, 0)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		inf.RunWithContext(ctx)
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+
+	testutil.Eventually(t, 10*time.Second, "the refusal recorded", func() error {
+		errs := rec.Errors()
+		if len(errs) != 1 {
+			return errorf("errors %v; log:\n%s", errs, out.String())
+		}
+		e := errs[0]
+		if e.Kind != Targets || e.Method != "kubernetes_sd *v1.Pod" || !strings.Contains(e.Text, "failed to list *v1.Pod: pods is forbidden") {
+			return errorf("error %+v", e)
+		}
+		return nil
+	})
+	if !strings.Contains(out.String(), "pods is forbidden") {
+		t.Errorf("the refusal is not in the log:\n%s", out.String())
+	}
+
+	forbid.Store(false)
+	testutil.Eventually(t, 10*time.Second, "the error cleared once the list succeeds", func() error {
+		if errs := rec.Errors(); len(errs) != 0 {
+			return errorf("errors %v", errs)
+		}
+		return nil
+	})
+	if strings.Contains(out.String(), cachesPopulated) {
+		t.Errorf("a verbosity-2 message reached an info-level log:\n%s", out.String())
+	}
+}
