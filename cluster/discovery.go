@@ -14,6 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/shoal-dev/shoal/discoveryerr"
 )
 
 // lookupTimeout bounds one DNS or Kubernetes look-up.
@@ -32,6 +34,9 @@ type discoverer struct {
 	listenPort int
 	// onError is called once per failed look-up with its method.
 	onError func(method string, err error)
+	// onSuccess is called after a discovery round for each method whose
+	// look-ups all succeeded in it.
+	onSuccess func(method string)
 }
 
 func newKubeClient(cfg Config) (kubernetes.Interface, string, error) {
@@ -56,10 +61,28 @@ func newKubeClient(cfg Config) (kubernetes.Interface, string, error) {
 	return c, ns, nil
 }
 
+// DiscoveryErrors returns the last error of each peer discovery method
+// (dns, dnssrv, kubernetes) that has failed since it last succeeded.
+func (n *Node) DiscoveryErrors() []discoveryerr.Error {
+	return n.discErrs.Errors()
+}
+
 // discover returns every candidate address, deduplicated and sorted. Failed
 // look-ups are reported through onError and skipped: one bad entry must not
 // keep the node from joining the peers the others name.
 func (d *discoverer) discover(ctx context.Context) []string {
+	tried, failed := map[string]bool{}, map[string]bool{}
+	onError := func(method string, err error) {
+		failed[method] = true
+		d.onError(method, err)
+	}
+	defer func() {
+		for m := range tried {
+			if !failed[m] && d.onSuccess != nil {
+				d.onSuccess(m)
+			}
+		}
+	}()
 	seen := map[string]struct{}{}
 	add := func(ip net.IP, port int) {
 		seen[net.JoinHostPort(ip.String(), strconv.Itoa(port))] = struct{}{}
@@ -67,26 +90,28 @@ func (d *discoverer) discover(ctx context.Context) []string {
 	for _, s := range d.specs {
 		switch s.kind {
 		case joinHost:
+			tried["dns"] = true
 			ips, err := d.lookupHost(ctx, s.host)
 			if err != nil {
-				d.onError("dns", fmt.Errorf("join %q: %w", s.raw, err))
+				onError("dns", fmt.Errorf("join %q: %w", s.raw, err))
 				continue
 			}
 			for _, ip := range ips {
 				add(ip, s.port)
 			}
 		case joinSRV:
+			tried["dnssrv"] = true
 			lctx, cancel := context.WithTimeout(ctx, lookupTimeout)
 			_, srvs, err := d.resolver.LookupSRV(lctx, "", "", s.host)
 			cancel()
 			if err != nil {
-				d.onError("dnssrv", fmt.Errorf("join %q: %w", s.raw, err))
+				onError("dnssrv", fmt.Errorf("join %q: %w", s.raw, err))
 				continue
 			}
 			for _, srv := range srvs {
 				ips, err := d.lookupHost(ctx, srv.Target)
 				if err != nil {
-					d.onError("dnssrv", fmt.Errorf("join %q: target %s: %w", s.raw, srv.Target, err))
+					onError("dnssrv", fmt.Errorf("join %q: target %s: %w", s.raw, srv.Target, err))
 					continue
 				}
 				for _, ip := range ips {
@@ -96,9 +121,10 @@ func (d *discoverer) discover(ctx context.Context) []string {
 		}
 	}
 	if d.kube != nil && d.selector != "" {
+		tried["kubernetes"] = true
 		ips, err := d.kubePods(ctx)
 		if err != nil {
-			d.onError("kubernetes", err)
+			onError("kubernetes", err)
 		}
 		for _, ip := range ips {
 			add(ip, d.listenPort)

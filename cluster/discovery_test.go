@@ -5,6 +5,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +13,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/shoal-dev/shoal/discoveryerr"
 )
 
 // Every join form, end to end: three nodes that know each other only
@@ -207,5 +210,34 @@ func TestKubernetesSelectorIsValidated(t *testing.T) {
 	cfg.KubeClient = fake.NewClientset()
 	if _, err := New(cfg, nil, nil); err == nil {
 		t.Fatal("New accepted a malformed label selector")
+	}
+}
+
+// The last error of each method is kept, with a count, until a discovery
+// round in which every look-up of that method succeeds.
+func TestDiscoveryErrorsClearOnSuccess(t *testing.T) {
+	tn := newTestNet(t)
+	d := startDNS(t)
+	cfg := testConfig(tn, 1)
+	cfg.Join = []string{"later.shoal.test:" + strconv.Itoa(tn.port), tn.addr(2)}
+	cfg.Resolver = ResolverFor(d.addr)
+	probe, err := New(cfg, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe.disc.discover(t.Context())
+	probe.disc.discover(t.Context())
+	errs := probe.DiscoveryErrors()
+	if len(errs) != 1 || errs[0].Kind != discoveryerr.Peers || errs[0].Method != "dns" || errs[0].Count != 2 ||
+		!strings.Contains(errs[0].Text, `join "later.shoal.test:`) || errs[0].Time.IsZero() {
+		t.Fatalf("after two failed rounds (the IP entry resolving): %+v", errs)
+	}
+
+	d.setA("later.shoal.test", tn.ip(3))
+	if got := probe.disc.discover(t.Context()); len(got) != 2 {
+		t.Fatalf("discover = %v, want two addresses", got)
+	}
+	if errs := probe.DiscoveryErrors(); len(errs) != 0 {
+		t.Errorf("after a round without failures: %+v", errs)
 	}
 }

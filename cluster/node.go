@@ -16,6 +16,8 @@ import (
 	"github.com/hashicorp/memberlist"
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/shoal-dev/shoal/discoveryerr"
 )
 
 // announceWait bounds how long the announcer waits for memberlist to finish
@@ -69,8 +71,9 @@ type Node struct {
 	started    bool
 	left       bool
 	stopped    bool
-	peers      map[string]Peer // other alive members, by name
-	conflict   Conflict        // the last name conflict memberlist reported
+	peers      map[string]Peer       // other alive members, by name
+	conflict   Conflict              // the last name conflict memberlist reported
+	discErrs   discoveryerr.Recorder // has its own lock
 	subs       map[int]chan struct{}
 	nextSub    int
 	ready      bool
@@ -108,8 +111,10 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Node, err
 		listenPort: listenPort,
 		onError: func(method string, err error) {
 			n.metrics.discoveryErrs.WithLabelValues(method).Inc()
+			n.discErrs.Fail(discoveryerr.Peers, method, err.Error(), time.Now())
 			n.logger.Warn("peer discovery failed", "method", method, "err", err)
 		},
+		onSuccess: func(method string) { n.discErrs.OK(discoveryerr.Peers, method) },
 	}
 	if cfg.KubernetesLabelSelector != "" {
 		if _, err := labels.Parse(cfg.KubernetesLabelSelector); err != nil {
