@@ -14,6 +14,7 @@ import (
 	promscrape "github.com/prometheus/prometheus/scrape"
 
 	"github.com/shoal-dev/shoal/cluster"
+	"github.com/shoal-dev/shoal/discoveryerr"
 )
 
 // NodeStatus is the answer of /api/v1/status/node: what this node is and
@@ -27,6 +28,8 @@ type NodeStatus struct {
 	NotReadyReason string    `json:"notReadyReason,omitempty"`
 	// ScrapedTargets is how many targets this node scrapes now.
 	ScrapedTargets int `json:"scrapedTargets"`
+	// DiscoveryErrors are the discovery methods failing now, if any.
+	DiscoveryErrors []discoveryerr.Error `json:"discoveryErrors,omitempty"`
 	load
 }
 
@@ -41,6 +44,9 @@ func (h *Handler) nodeStatus() NodeStatus {
 		NotReadyReason: why,
 		ScrapedTargets: len(h.activeTargets()),
 		load:           h.meter.readCached(time.Now()),
+	}
+	if h.opts.DiscoveryErrors != nil {
+		st.DiscoveryErrors = h.opts.DiscoveryErrors()
 	}
 	if h.opts.Cluster != nil {
 		self := h.opts.Cluster.Self()

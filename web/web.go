@@ -20,6 +20,7 @@ import (
 	toolkit "github.com/prometheus/exporter-toolkit/web"
 
 	"github.com/shoal-dev/shoal/cluster"
+	"github.com/shoal-dev/shoal/discoveryerr"
 	"github.com/shoal-dev/shoal/ring"
 	shoalscrape "github.com/shoal-dev/shoal/scrape"
 )
@@ -63,6 +64,9 @@ type Options struct {
 	Reload func() error
 	// NodeName names this node on pages and in API answers.
 	NodeName string
+	// DiscoveryErrors returns the current peer and target discovery errors;
+	// nil means none are tracked.
+	DiscoveryErrors func() []discoveryerr.Error
 	// Version is shown on the status page.
 	Version string
 	// PeerTimeout bounds each request to a peer for the cluster-wide views (default 3s).
