@@ -90,4 +90,3 @@ func TestDiscoveryErrorsShownWhileCurrent(t *testing.T) {
 	rec.OK(discoveryerr.Peers, "kubernetes")
 	check("after both recovered")
 }
-
