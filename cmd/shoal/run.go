@@ -33,6 +33,7 @@ import (
 	"github.com/prometheus/prometheus/storage"
 
 	"github.com/shoal-dev/shoal/cluster"
+	"github.com/shoal-dev/shoal/discoveryerr"
 	"github.com/shoal-dev/shoal/placement"
 	"github.com/shoal-dev/shoal/remotewrite"
 	"github.com/shoal-dev/shoal/ring"
@@ -57,9 +58,11 @@ type agent struct {
 	remote    *remotewrite.Manager
 	scrape    *promscrape.Manager
 	discovery *discovery.Manager
-	filter    *shoalscrape.Filter
-	node      *cluster.Node          // nil when clustering is disabled
-	placement *placement.Coordinator // nil when clustering is disabled
+	// targetDiscErrs holds kubernetes_sd_configs' refusals (see routeClientGoLogs).
+	targetDiscErrs discoveryerr.Recorder
+	filter         *shoalscrape.Filter
+	node           *cluster.Node          // nil when clustering is disabled
+	placement      *placement.Coordinator // nil when clustering is disabled
 
 	configLoaded atomic.Bool
 	walReplayed  atomic.Bool
@@ -88,6 +91,7 @@ func run(ctx context.Context, f *flags) error {
 		versioncollector.NewCollector("shoal"),
 	)
 	a := &agent{f: f, logger: logger, reg: reg}
+	routeClientGoLogs(logger, &a.targetDiscErrs)
 	a.reloadSuccess = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "shoal_config_last_reload_successful", Help: "Whether the last configuration reload succeeded.",
 	})
@@ -374,16 +378,17 @@ func run(ctx context.Context, f *flags) error {
 // webOptions describes the live components to the web package.
 func webOptions(a *agent, f *flags, scrapeView *lateScrape) web.Options {
 	o := web.Options{
-		ListenAddress: f.listenAddress,
-		WebConfigFile: f.webConfigFile,
-		Gatherer:      a.reg,
-		Scrape:        scrapeView,
-		Ownership:     ownershipView{a},
-		Ring:          a.currentRing,
-		Ready:         a.ready,
-		Reload:        a.reload,
-		NodeName:      f.nodeName,
-		Version:       fmt.Sprintf("shoal %s (revision %.12s, %s)", version.Version, version.GetRevision(), version.GoVersion),
+		ListenAddress:   f.listenAddress,
+		WebConfigFile:   f.webConfigFile,
+		Gatherer:        a.reg,
+		Scrape:          scrapeView,
+		Ownership:       ownershipView{a},
+		Ring:            a.currentRing,
+		Ready:           a.ready,
+		Reload:          a.reload,
+		NodeName:        f.nodeName,
+		DiscoveryErrors: a.discoveryErrors,
+		Version:         fmt.Sprintf("shoal %s (revision %.12s, %s)", version.Version, version.GetRevision(), version.GoVersion),
 	}
 	if a.node != nil {
 		o.Cluster = a.node
