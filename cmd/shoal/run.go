@@ -58,11 +58,12 @@ type agent struct {
 	remote    *remotewrite.Manager
 	scrape    *promscrape.Manager
 	discovery *discovery.Manager
+	filter    *shoalscrape.Filter
+	node      *cluster.Node          // nil when clustering is disabled
+	placement *placement.Coordinator // nil when clustering is disabled
+
 	// targetDiscErrs holds kubernetes_sd_configs' refusals (see routeClientGoLogs).
 	targetDiscErrs discoveryerr.Recorder
-	filter         *shoalscrape.Filter
-	node           *cluster.Node          // nil when clustering is disabled
-	placement      *placement.Coordinator // nil when clustering is disabled
 
 	configLoaded atomic.Bool
 	walReplayed  atomic.Bool
@@ -378,21 +379,21 @@ func run(ctx context.Context, f *flags) error {
 // webOptions describes the live components to the web package.
 func webOptions(a *agent, f *flags, scrapeView *lateScrape) web.Options {
 	o := web.Options{
-		ListenAddress:   f.listenAddress,
-		WebConfigFile:   f.webConfigFile,
-		Gatherer:        a.reg,
-		Scrape:          scrapeView,
-		Ownership:       ownershipView{a},
-		Ring:            a.currentRing,
-		Ready:           a.ready,
-		Reload:          a.reload,
-		NodeName:        f.nodeName,
-		DiscoveryErrors: a.discoveryErrors,
-		Version:         fmt.Sprintf("shoal %s (revision %.12s, %s)", version.Version, version.GetRevision(), version.GoVersion),
+		ListenAddress: f.listenAddress,
+		WebConfigFile: f.webConfigFile,
+		Gatherer:      a.reg,
+		Scrape:        scrapeView,
+		Ownership:     ownershipView{a},
+		Ring:          a.currentRing,
+		Ready:         a.ready,
+		Reload:        a.reload,
+		NodeName:      f.nodeName,
+		Version:       fmt.Sprintf("shoal %s (revision %.12s, %s)", version.Version, version.GetRevision(), version.GoVersion),
 	}
 	if a.node != nil {
 		o.Cluster = a.node
 	}
+	o.DiscoveryErrors = a.discoveryErrors
 	o.PeerClientConfigFile = f.webClientConfigFile // the status page asks peers with these credentials
 	return o
 }
