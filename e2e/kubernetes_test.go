@@ -431,8 +431,8 @@ func checkNoHoles(t *testing.T, recv *testReceiver, targets []*target) {
 }
 
 // TestKubernetesRBACMissingVerb takes one verb away from the chart's Role:
-// shoal must say, in its log and metrics, that the API server forbids it,
-// and recover once the Role is whole again.
+// shoal must say, in its log, metrics, status page and API, that the API
+// server forbids it, and recover once the Role is whole again.
 func TestKubernetesRBACMissingVerb(t *testing.T) {
 	k := startKube(t)
 	const ns = "rbac"
@@ -442,6 +442,8 @@ func TestKubernetesRBACMissingVerb(t *testing.T) {
 	k.install(ns, releaseName, values(t,
 		"rbac.namespaced=true,controller.replicas=1",
 		"config.scrapeInterval=1s,config.scrapeTimeout=1s",
+		// Peer discovery's error clears at its next round.
+		"cluster.rejoinInterval=5s",
 		"web.port="+strconv.Itoa(commonFreePort(t, ip)),
 		"cluster.port="+strconv.Itoa(commonFreePort(t, ip)),
 	))
@@ -492,7 +494,16 @@ func TestKubernetesRBACMissingVerb(t *testing.T) {
 		if n < 1 {
 			return fmt.Errorf("shoal_cluster_discovery_errors_total{method=kubernetes} = %v", n)
 		}
-		return nil
+		errs, page, err := r.discoveryErrors()
+		if err != nil {
+			return err
+		}
+		// As the API's JSON and the page carry it: quotes unescaped.
+		refusal := strings.ReplaceAll(forbidden, `\"`, `"`)
+		if err := checkDiscoveryError(errs, page, "peers", "kubernetes", refusal); err != nil {
+			return err
+		}
+		return checkDiscoveryError(errs, page, "targets", "kubernetes_sd *v1.Pod", "failed to list *v1.Pod: "+refusal)
 	})
 	active, err := r.activeTargets()
 	if err != nil {
@@ -515,6 +526,16 @@ func TestKubernetesRBACMissingVerb(t *testing.T) {
 		at, ok := active[r.webAddr]
 		if !ok || at.Health != "up" {
 			return fmt.Errorf("active targets %v", active)
+		}
+		return nil
+	})
+	testutil.Eventually(t, convergeTimeout, "the discovery errors gone from the API and the status page", func() error {
+		errs, page, err := r.discoveryErrors()
+		if err != nil {
+			return err
+		}
+		if len(errs) > 0 || strings.Contains(page, "Discovery errors") {
+			return fmt.Errorf("discovery errors still shown: %+v", errs)
 		}
 		return nil
 	})
