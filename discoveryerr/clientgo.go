@@ -10,12 +10,20 @@ import (
 
 // client-go's informers (under Prometheus' kubernetes_sd_configs) return no
 // errors to their caller: a refused list or watch is only logged, through
-// klog, as an error with the reflector's "type" (e.g. "*v1.Pod"), and a
-// successful list as "Caches populated" at klog verbosity 2. ClientGoHandler
-// reads both on their way to the log. These message shapes are client-go's;
-// the Kubernetes e2e test fails if a client-go upgrade changes them.
+// klog, as an error with the reflector's "type" (e.g. "*v1.Pod"); an
+// unreachable or throttling API server during the initial streaming list as
+// "watch-list failed - backing off" at klog verbosity 2; and a successful
+// (re)list as "Caches populated" at verbosity 2. ClientGoHandler reads these
+// on their way to the log. Their shapes are client-go's; this package's
+// tests and the Kubernetes e2e test fail if a client-go upgrade changes them.
+//
+// Not seen: an API server lost after the informer synced, while client-go
+// re-watches from its last version, is logged only at verbosity 4 and its
+// recovery not at all, so recording it would leave an error that never
+// clears.
 const (
 	cachesPopulated = "Caches populated"
+	watchListRetry  = "watch-list failed - backing off"
 	populatedLevel  = slog.Level(-2) // logr's V(2) through logr.FromSlogHandler
 	typeKey         = "type"
 	reflectorKey    = "reflector"
@@ -56,7 +64,7 @@ func (h *clientGoHandler) Handle(ctx context.Context, r slog.Record) error {
 }
 
 func (h *clientGoHandler) observe(r slog.Record) {
-	if r.Level < slog.LevelError && r.Message != cachesPopulated {
+	if r.Level < slog.LevelError && r.Message != cachesPopulated && r.Message != watchListRetry {
 		return
 	}
 	var typ, errText string

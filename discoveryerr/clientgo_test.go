@@ -41,8 +41,35 @@ func (s *syncBuffer) String() string {
 
 // TestClientGoHandlerRecordsInformerRefusal runs a real client-go informer,
 // logging through klog into ClientGoHandler, against a lister that the "API
-// server" forbids and then allows.
+// server" refuses and then serves: a forbidden list (the RBAC case), and a
+// throttled streaming list (client-go retries it inside, like an unreachable
+// server).
 func TestClientGoHandlerRecordsInformerRefusal(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// list and watchList answer while refusing.
+		list, watchList error
+		want            string
+	}{
+		{
+			name:      "forbidden list",
+			list:      apierrors.NewForbidden(corev1.Resource("pods"), "", errFake),
+			watchList: apierrors.NewBadRequest("no streaming lists here"),
+			want:      "Failed to watch: failed to list *v1.Pod: pods is forbidden",
+		},
+		{
+			name:      "throttled streaming list",
+			watchList: apierrors.NewTooManyRequests("slow down", 1),
+			want:      "watch-list failed - backing off: slow down",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			testInformerRefusal(t, tc.list, tc.watchList, tc.want)
+		})
+	}
+}
+
+func testInformerRefusal(t *testing.T, listErr, watchListErr error, want string) {
 	var out syncBuffer
 	var rec Recorder
 	// Shoal's logger at its default level, info: the success message (V(2))
@@ -51,18 +78,21 @@ func TestClientGoHandlerRecordsInformerRefusal(t *testing.T) {
 	klog.SetSlogLogger(slog.New(ClientGoHandler(next, &rec)))
 	t.Cleanup(klog.ClearLogger)
 
-	var forbid atomic.Bool
-	forbid.Store(true)
+	var refuse atomic.Bool
+	refuse.Store(true)
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(context.Context, metav1.ListOptions) (runtime.Object, error) {
-			if forbid.Load() {
-				return nil, apierrors.NewForbidden(corev1.Resource("pods"), "", errFake)
+			if refuse.Load() && listErr != nil {
+				return nil, listErr
 			}
 			return &corev1.PodList{ListMeta: metav1.ListMeta{ResourceVersion: "1"}}, nil
 		},
 		WatchFuncWithContext: func(_ context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			if o.SendInitialEvents != nil {
-				// Not a streaming list: client-go falls back to a list.
+				if refuse.Load() {
+					return nil, watchListErr
+				}
+				// Served, but not as a stream: client-go falls back to a list.
 				return nil, apierrors.NewBadRequest("no streaming lists here")
 			}
 			return watch.NewFake(), nil
@@ -83,16 +113,13 @@ func TestClientGoHandlerRecordsInformerRefusal(t *testing.T) {
 			return errorf("errors %v; log:\n%s", errs, out.String())
 		}
 		e := errs[0]
-		if e.Kind != Targets || e.Method != "kubernetes_sd *v1.Pod" || !strings.Contains(e.Text, "failed to list *v1.Pod: pods is forbidden") {
-			return errorf("error %+v", e)
+		if e.Kind != Targets || e.Method != "kubernetes_sd *v1.Pod" || !strings.HasPrefix(e.Text, want) {
+			return errorf("error %+v, want text %q", e, want)
 		}
 		return nil
 	})
-	if !strings.Contains(out.String(), "pods is forbidden") {
-		t.Errorf("the refusal is not in the log:\n%s", out.String())
-	}
 
-	forbid.Store(false)
+	refuse.Store(false)
 	testutil.Eventually(t, 10*time.Second, "the error cleared once the list succeeds", func() error {
 		if errs := rec.Errors(); len(errs) != 0 {
 			return errorf("errors %v", errs)
