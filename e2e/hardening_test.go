@@ -1,62 +1,13 @@
 package e2e
 
 import (
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
+
+	"github.com/shoal-dev/shoal/internal/testutil"
 )
-
-// mountTmpfs mounts a tmpfs of size (mount(8) syntax) on dir until the test
-// ends. Without the privilege to mount it skips, except in CI, where it fails.
-func mountTmpfs(t *testing.T, dir, size string) {
-	t.Helper()
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", dir).CombinedOutput()
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("mounting a tmpfs (this test needs root): %v: %s", err, out)
-		}
-		t.Skipf("cannot mount a tmpfs (needs root): %v: %s", err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v: %s", dir, err, out)
-		}
-	})
-}
-
-// fillDisk writes a file into dir until its file system is full and
-// returns a function that removes it.
-func fillDisk(t *testing.T, dir string) (free func()) {
-	t.Helper()
-	path := filepath.Join(dir, "filler")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	buf := make([]byte, 4096)
-	for {
-		if _, err := f.Write(buf); err != nil {
-			if !errors.Is(err, syscall.ENOSPC) {
-				t.Fatalf("filling the disk: %v", err)
-			}
-			break
-		}
-	}
-	f.Close()
-	return func() {
-		if err := os.Remove(path); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
 
 // TestDiskFullWhileRunning runs the agent with --storage.path on a small
 // tmpfs and a receiver that is down, so that the WAL holds a backlog, then
@@ -72,7 +23,7 @@ func TestDiskFullWhileRunning(t *testing.T) {
 	targets := startTargets(t, 3, 20)
 	cfg := durabilityConfig(t, targetAddrs(targets), recv.writeURL())
 	a := newAgent(t, agentSpec{name: "diskfull", config: cfg, extraArgs: []string{"--storage.wal.segment-size=64KB"}})
-	mountTmpfs(t, a.storage, "4m")
+	testutil.MountTmpfs(t, a.storage, "4m")
 	t.Cleanup(a.killIfRunning) // before the unmount (cleanups run last-in first-out)
 	a.start()
 	a.waitReady(startTimeout)
@@ -105,7 +56,7 @@ func TestDiskFullWhileRunning(t *testing.T) {
 	eventually(t, startTimeout, "a backlog of scrapes in the WAL", servedAtLeast(map[string]int{}, 5))
 	before := servedNow(targets)
 
-	free := fillDisk(t, a.storage)
+	free := testutil.FillDisk(t, a.storage)
 	eventually(t, startTimeout, "the agent noticing the full disk", metric("shoal_wal_writable", nil, func(v float64) bool { return v == 0 }))
 	// A few intervals on a full disk: refused and counted, still serving.
 	full := servedNow(targets)

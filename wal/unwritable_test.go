@@ -2,10 +2,7 @@ package wal
 
 import (
 	"errors"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -14,80 +11,9 @@ import (
 	"github.com/prometheus/prometheus/storage"
 	"github.com/prometheus/prometheus/tsdb/wlog"
 	"github.com/prometheus/prometheus/util/compression"
+
+	"github.com/shoal-dev/shoal/internal/testutil"
 )
-
-// smallTmpfs mounts a tmpfs of the given size (mount(8) syntax, e.g. "2m")
-// on a fresh directory until the test ends. Without the privilege to mount
-// it skips, except in CI, where it fails.
-func smallTmpfs(t *testing.T, size string) string {
-	t.Helper()
-	dir := t.TempDir()
-	out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", dir).CombinedOutput()
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("mounting a tmpfs (this test needs root): %v: %s", err, out)
-		}
-		t.Skipf("cannot mount a tmpfs (needs root): %v: %s", err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v: %s", dir, err, out)
-		}
-	})
-	return dir
-}
-
-// fillDisk writes a file until the file system is full and returns a
-// function that frees the space again.
-func fillDisk(t *testing.T, dir string) (free func()) {
-	t.Helper()
-	path := filepath.Join(dir, "filler")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	buf := make([]byte, 4096)
-	for {
-		if _, err := f.Write(buf); err != nil {
-			if !errors.Is(err, syscall.ENOSPC) {
-				t.Fatalf("filling the disk: %v", err)
-			}
-			break
-		}
-	}
-	f.Close()
-	return func() {
-		if err := os.Remove(path); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-// fillInodes creates empty files until the file system has no inode left
-// (so the WAL cannot start a new segment although there is space) and
-// returns a function that removes them.
-func fillInodes(t *testing.T, dir string) (free func()) {
-	t.Helper()
-	fill := filepath.Join(dir, "inodes")
-	if err := os.Mkdir(fill, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; ; i++ {
-		f, err := os.Create(filepath.Join(fill, strconv.Itoa(i)))
-		if err != nil {
-			if !errors.Is(err, syscall.ENOSPC) {
-				t.Fatalf("using up the inodes: %v", err)
-			}
-			break
-		}
-		f.Close()
-	}
-	return func() {
-		if err := os.RemoveAll(fill); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
 
 // TestDiskFullRefusesAppendsAndRecovers runs the WAL on a 2 MiB tmpfs that
 // fills up while appending (no space left for the page being written, or
@@ -99,17 +25,18 @@ func fillInodes(t *testing.T, dir string) (free func()) {
 func TestDiskFullRefusesAppendsAndRecovers(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
-		exhaust func(*testing.T, string) func()
+		exhaust func(testing.TB, string) func()
 	}{
-		{"no space", fillDisk},
-		{"no inode for the next segment", fillInodes},
+		{"no space", testutil.FillDisk},
+		{"no inode for the next segment", testutil.FillInodes},
 	} {
 		t.Run(tc.name, func(t *testing.T) { testDiskFull(t, tc.exhaust) })
 	}
 }
 
-func testDiskFull(t *testing.T, exhaust func(*testing.T, string) func()) {
-	mnt := smallTmpfs(t, "2m,nr_inodes=400")
+func testDiskFull(t *testing.T, exhaust func(testing.TB, string) func()) {
+	mnt := t.TempDir()
+	testutil.MountTmpfs(t, mnt, "2m,nr_inodes=400")
 	dir := filepath.Join(mnt, "wal")
 	// Uncompressed, with batches of several pages, so that the failure
 	// tears a record across a page boundary.
