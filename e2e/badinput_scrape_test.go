@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/shoal-dev/shoal/internal/testutil"
 )
 
 // badTarget is one hostile or broken scrape target and what shoal must make
@@ -245,13 +247,13 @@ func TestScrapeBadInput(t *testing.T) {
 		if bt.metric == "" {
 			continue
 		}
-		if v, err := familyValue(mfs, bt.metric, nil); err != nil || v < 1 {
+		if v, err := testutil.Value(mfs, bt.metric, nil); err != nil || v < 1 {
 			t.Errorf("%s: %s = %v (%v), want >= 1", bt.job, bt.metric, v, err)
 		} else {
 			t.Logf("%-20s %s = %v", bt.job, bt.metric, v)
 		}
 	}
-	if v, err := familyValue(mfs, "prometheus_target_scrape_pool_exceeded_label_limits_total", nil); err != nil || v < 3 {
+	if v, err := testutil.Value(mfs, "prometheus_target_scrape_pool_exceeded_label_limits_total", nil); err != nil || v < 3 {
 		t.Errorf("exceeded_label_limits_total = %v (%v), want >= 3 (three jobs)", v, err)
 	}
 

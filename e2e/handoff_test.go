@@ -8,6 +8,8 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/shoal-dev/shoal/internal/testutil"
 )
 
 // Hand-off tests: real processes with the default queue_config
@@ -262,7 +264,7 @@ func logHandoffMetrics(t *testing.T, a *agent) {
 		}
 	}
 	for _, name := range []string{"shoal_handoff_hold_timeouts_total", "shoal_handoff_delay_expired_total", "shoal_handoff_fenced_appends_total", "shoal_handoff_fenced_sequence", "shoal_handoff_acked_sequence"} {
-		if v, err := familyValue(mfs, name, nil); err == nil {
+		if v, err := testutil.Value(mfs, name, nil); err == nil {
 			parts = append(parts, fmt.Sprintf("%s=%v", strings.TrimPrefix(name, "shoal_handoff_"), v))
 		}
 	}

@@ -23,6 +23,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/shoal-dev/shoal/internal/testutil"
 )
 
 // Timing used by every test. Short, so that the suite is quick; the bounds the
@@ -553,42 +555,7 @@ func (a *agent) metricValue(name string, want map[string]string) (float64, error
 	if err != nil {
 		return 0, err
 	}
-	return familyValue(mfs, name, want)
-}
-
-func familyValue(mfs map[string]*dto.MetricFamily, name string, want map[string]string) (float64, error) {
-	mf, ok := mfs[name]
-	if !ok {
-		return 0, fmt.Errorf("metric %s not exposed", name)
-	}
-	sum, found := 0.0, false
-	for _, m := range mf.GetMetric() {
-		if !labelsMatch(m.GetLabel(), want) {
-			continue
-		}
-		found = true
-		switch {
-		case m.Counter != nil:
-			sum += m.GetCounter().GetValue()
-		case m.Gauge != nil:
-			sum += m.GetGauge().GetValue()
-		case m.Untyped != nil:
-			sum += m.GetUntyped().GetValue()
-		}
-	}
-	if !found {
-		return 0, fmt.Errorf("metric %s has no series with labels %v", name, want)
-	}
-	return sum, nil
-}
-
-func labelsMatch(lps []*dto.LabelPair, want map[string]string) bool {
-	for k, v := range want {
-		if !slices.ContainsFunc(lps, func(lp *dto.LabelPair) bool { return lp.GetName() == k && lp.GetValue() == v }) {
-			return false
-		}
-	}
-	return true
+	return testutil.Value(mfs, name, want)
 }
 
 // peakRSS returns VmHWM (peak resident set size) of pid in bytes.
