@@ -63,7 +63,9 @@ type Node struct {
 	started    bool
 	left       bool
 	stopped    bool
-	peers      map[string]Peer // other alive members, by name
+	peers      map[string]Peer        // other alive members, by name
+	ownWeights NodeWeights            // this node's published weights (weights.go)
+	weights    map[string]NodeWeights // other members' published weights
 	subs       map[int]chan struct{}
 	nextSub    int
 	ready      bool
@@ -71,6 +73,8 @@ type Node struct {
 	readyTimer *time.Timer
 	cancel     context.CancelFunc
 	wg         sync.WaitGroup
+	// weightsSend signals sendWeightsLoop that ownWeights changed.
+	weightsSend chan struct{}
 }
 
 // New validates cfg and prepares a Node; nothing is bound until Start. The
@@ -84,15 +88,17 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Node, err
 		logger = slog.New(slog.DiscardHandler)
 	}
 	n := &Node{
-		cfg:        cfg,
-		logger:     logger,
-		listenIP:   listenIP,
-		listenPort: listenPort,
-		startTime:  time.Now(),
-		state:      Viewer,
-		peers:      map[string]Peer{},
-		subs:       map[int]chan struct{}{},
-		readyCh:    make(chan struct{}),
+		cfg:         cfg,
+		logger:      logger,
+		listenIP:    listenIP,
+		listenPort:  listenPort,
+		startTime:   time.Now(),
+		state:       Viewer,
+		peers:       map[string]Peer{},
+		weights:     map[string]NodeWeights{},
+		subs:        map[int]chan struct{}{},
+		weightsSend: make(chan struct{}, 1),
+		readyCh:     make(chan struct{}),
 	}
 	n.disc = &discoverer{
 		specs:      specs,
@@ -185,6 +191,11 @@ func (n *Node) Start(ctx context.Context) error {
 	}
 	n.notify()
 
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		n.sendWeightsLoop(loopCtx)
+	}()
 	if n.cfg.RejoinInterval > 0 {
 		n.wg.Add(1)
 		go func() {
@@ -654,6 +665,7 @@ func (n *Node) forget(mn *memberlist.Node) {
 	n.mu.Lock()
 	_, had := n.peers[mn.Name]
 	delete(n.peers, mn.Name)
+	delete(n.weights, mn.Name)
 	n.mu.Unlock()
 	if had {
 		n.logger.Debug("peer gone", "peer", mn.Name)
@@ -693,10 +705,20 @@ func (d *delegate) NodeMeta(limit int) []byte {
 	return b
 }
 
-func (d *delegate) NotifyMsg([]byte)                           {}
+// NotifyMsg receives a peer's weight set (the only user message).
+func (d *delegate) NotifyMsg(b []byte) { (*Node)(d).receiveWeights(b) }
+
 func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
-func (d *delegate) LocalState(join bool) []byte                { return nil }
-func (d *delegate) MergeRemoteState(buf []byte, join bool)     {}
+
+// LocalState and MergeRemoteState exchange the per-target weights of every
+// alive member in the periodic push/pull.
+func (d *delegate) LocalState(join bool) []byte { return (*Node)(d).localWeightsState() }
+
+func (d *delegate) MergeRemoteState(buf []byte, join bool) {
+	if len(buf) > 0 {
+		(*Node)(d).receiveWeights(buf)
+	}
+}
 
 // events receives memberlist's membership events.
 type events Node
