@@ -16,6 +16,20 @@ import (
 	"github.com/shoal-dev/shoal/cluster"
 )
 
+// PlacementInfo is the placement in force (--cluster.placement) as this
+// node computes it.
+type PlacementInfo struct {
+	Mode string
+	// Loads is the published weight (samples/s) placed on each node, and
+	// Limit what every node is held to, with bounded-load placement; nil
+	// and 0 with the plain ring.
+	Loads map[string]float64
+	Limit float64
+	// WeighedRate is this node's own measured samples/s of the targets it
+	// scrapes as primary: what its published weights are made of.
+	WeighedRate float64
+}
+
 // NodeStatus is the answer of /api/v1/status/node: what this node is and
 // the load it carries. Peers fetch it from each other for the cluster views.
 type NodeStatus struct {
@@ -27,6 +41,9 @@ type NodeStatus struct {
 	NotReadyReason string    `json:"notReadyReason,omitempty"`
 	// ScrapedTargets is how many targets this node scrapes now.
 	ScrapedTargets int `json:"scrapedTargets"`
+	// WeighedSamplesPerSecond is, with bounded-load placement, this node's
+	// measured samples/s of the targets it scrapes as primary.
+	WeighedSamplesPerSecond float64 `json:"weighedSamplesPerSecond,omitempty"`
 	load
 }
 
@@ -41,6 +58,9 @@ func (h *Handler) nodeStatus() NodeStatus {
 		NotReadyReason: why,
 		ScrapedTargets: len(h.activeTargets()),
 		load:           h.meter.readCached(time.Now()),
+	}
+	if h.opts.Placement != nil {
+		st.WeighedSamplesPerSecond = h.opts.Placement().WeighedRate
 	}
 	if h.opts.Cluster != nil {
 		self := h.opts.Cluster.Self()
@@ -65,6 +85,16 @@ type PeerStatus struct {
 	OwnedTargets int       `json:"ownedTargets"`
 	RingShare    float64   `json:"ringShare"`
 	StartTime    time.Time `json:"startTime,omitzero"`
+	// Placement is --cluster.placement as this node runs it; with
+	// "bounded", PlacementLoad is the published weight (samples/s) the
+	// placement puts on the peer and PlacementLimit what every node is held
+	// to (1.10 × the mean).
+	Placement      string  `json:"placement,omitempty"`
+	PlacementLoad  float64 `json:"placementLoad,omitempty"`
+	PlacementLimit float64 `json:"placementLimit,omitempty"`
+	// WeighedSamplesPerSecond is the peer's measured samples/s of the
+	// targets it scrapes as primary (bounded placement; from the peer).
+	WeighedSamplesPerSecond float64 `json:"weighedSamplesPerSecond,omitempty"`
 
 	Series           int64       `json:"series"`
 	SamplesPerSecond float64     `json:"samplesPerSecond"`
@@ -121,6 +151,7 @@ func (h *Handler) peers(ctx context.Context) PeersData {
 		p.Series, p.SamplesPerSecond, p.WALBytes = st.Series, st.SamplesPerSecond, st.WALBytes
 		p.ScrapedTargets, p.RemoteWrite = st.ScrapedTargets, st.RemoteWrite
 		p.Ready, p.NotReadyReason, p.Version = st.Ready, st.NotReadyReason, st.Version
+		p.WeighedSamplesPerSecond = st.WeighedSamplesPerSecond
 	}
 	if h.opts.Cluster == nil {
 		// Clustering disabled: this node is the whole cluster and owns everything it keeps.
@@ -149,6 +180,10 @@ func (h *Handler) peers(ctx context.Context) PeersData {
 		failed[e.Name] = e.Error
 	}
 	r := h.opts.Ring()
+	var pl PlacementInfo
+	if h.opts.Placement != nil {
+		pl = h.opts.Placement()
+	}
 	res := PeersData{Self: h.opts.Cluster.Self().Name, Peers: []PeerStatus{}, PeerErrors: errs}
 	for _, p := range h.opts.Cluster.Peers() {
 		ps := PeerStatus{
@@ -162,6 +197,10 @@ func (h *Handler) peers(ctx context.Context) PeersData {
 			StartTime:    p.StartTime,
 			LastHeard:    h.lastHeardFrom(p.Name),
 			Error:        failed[p.Name],
+			Placement:    pl.Mode,
+		}
+		if pl.Loads != nil {
+			ps.PlacementLoad, ps.PlacementLimit = pl.Loads[p.Name], pl.Limit
 		}
 		switch {
 		case p.Self:
