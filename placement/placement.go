@@ -331,11 +331,21 @@ func (c *Coordinator) Run(ctx context.Context) {
 	}()
 	defer func() { <-readyc }()
 	waiting := (<-chan struct{})(readyc)
-	var publishC <-chan time.Time
+	// Publications fall on multiples of the period on the wall clock, so
+	// that nodes started together publish together: one new placement
+	// rather than one per node, each moving targets.
+	var (
+		publish  *time.Timer
+		publishC <-chan time.Time
+	)
+	nextPublish := func() time.Duration {
+		now := c.now()
+		return now.Truncate(c.opts.WeightPeriod).Add(c.opts.WeightPeriod).Sub(now)
+	}
 	if c.weigher != nil {
-		t := time.NewTicker(c.opts.WeightPeriod)
-		defer t.Stop()
-		publishC = t.C
+		publish = time.NewTimer(nextPublish())
+		defer publish.Stop()
+		publishC = publish.C
 	}
 	var timer *time.Timer
 	defer func() {
@@ -374,6 +384,7 @@ func (c *Coordinator) Run(ctx context.Context) {
 			c.mu.Lock()
 			c.publishDue = true
 			c.mu.Unlock()
+			publish.Reset(nextPublish())
 		}
 		if timer != nil {
 			timer.Stop()

@@ -165,15 +165,29 @@ func (w *weigher) union(sets map[string]cluster.NodeWeights) (map[uint64]float64
 			}
 		}
 	}
-	for k, d := range w.departed {
-		if !now.Before(d.until) {
-			delete(w.departed, k)
-			continue
-		}
-		add(d.weights)
-	}
 	for _, s := range sets {
 		add(s.Weights)
+	}
+	// A departed set counts only while some of its targets have no alive
+	// publisher yet: the new owners adopt at once, and a node that never
+	// saw the set (it joined or restarted since) places the same union as
+	// soon as they have. Keeping a covered set for the whole grace would
+	// make such nodes place different generations for that long, and a
+	// gained target would wait the whole hand-off delay.
+	for k, d := range w.departed {
+		covered := true
+		for key := range d.weights {
+			if _, ok := u[key]; !ok {
+				covered = false
+				break
+			}
+		}
+		if covered || !now.Before(d.until) {
+			delete(w.departed, k)
+		}
+	}
+	for _, d := range w.departed {
+		add(d.weights)
 	}
 	return u, digest(u)
 }
@@ -258,7 +272,7 @@ func (w *weigher) publish(p scrape.Placement, self string, u map[uint64]float64,
 		}
 		if full {
 			if v := w.policy.Publish(u[k], e.Estimate); v > 0 {
-				next[k] = v
+				next[k] = float64(float32(v)) // as it travels (cluster.SetWeights)
 			}
 		}
 	}
