@@ -441,6 +441,15 @@ func TestBoundedLostTargetStaysPublishedUntilNewOwnerPublishes(t *testing.T) {
 		if _, ok := h.cl.Weights()["a"].Weights[key]; !ok {
 			t.Fatal("a dropped a lost target before its new owner published it")
 		}
+		// Another old owner (terminating c) publishing it too is no reason
+		// to drop it: c would drop it for the same reason, and it would
+		// vanish from the placed set.
+		h.cl.setPeer(cluster.Peer{Name: "c", State: cluster.Terminating})
+		h.cl.setWeights("c", cluster.NodeWeights{Version: 1, Weights: map[uint64]float64{key: 100}})
+		synctest.Wait()
+		if _, ok := h.cl.Weights()["a"].Weights[key]; !ok {
+			t.Fatal("a dropped a lost target because another old owner publishes it")
+		}
 		heavy[key] = 100
 		h.cl.setWeights("b", cluster.NodeWeights{Version: 2, Weights: heavy})
 		synctest.Wait()

@@ -42,6 +42,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -452,6 +453,7 @@ func (c *Coordinator) updateOnce() bool {
 	if c.weigher != nil {
 		b := buildBounded(peers, c.opts.Tokens, c.opts.ReplicationFactor, u, digest)
 		c.metrics.setPlaced(b, c.opts.NodeName, len(u))
+		c.logger.Debug("New bounded-load placement", "generation", fmt.Sprintf("%016x", b.id), "placed", len(u), "weights", fmt.Sprintf("%016x", digest), "participants", b.Nodes(), "sets", setsSummary(sets))
 		r = b
 	} else {
 		r = buildRing(peers, c.opts.Tokens)
@@ -764,4 +766,14 @@ func (h *hold) waitingFor(alive map[string]cluster.Peer) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// setsSummary describes published sets for a debug log: name, version and
+// size of each.
+func setsSummary(sets map[string]cluster.NodeWeights) string {
+	var parts []string
+	for _, n := range slices.Sorted(maps.Keys(sets)) {
+		parts = append(parts, fmt.Sprintf("%s@%d:%d", n, sets[n].Version, len(sets[n].Weights)))
+	}
+	return strings.Join(parts, " ")
 }

@@ -231,9 +231,11 @@ func loads(u map[uint64]float64) []ring.Load {
 //     the weight already in u (adoption: a young estimate never changes a
 //     weight), else nothing until it has MinSamples measurements. One that
 //     has not been measured for a while (stale) is dropped: it is gone.
-//   - A target it lost: kept until another node publishes it, or for two
-//     periods, so that a hand-off does not drop it from the placed set.
-func (w *weigher) publish(p scrape.Placement, self string, u map[uint64]float64, others map[uint64]bool, full bool) map[uint64]float64 {
+//   - A target it lost: kept until its primary owner under p publishes it,
+//     or for two periods, so that a hand-off does not drop it from the
+//     placed set. (Not "until any other node publishes it": two old owners
+//     of one target would each see the other and both drop it.)
+func (w *weigher) publish(p scrape.Placement, self string, u map[uint64]float64, others map[uint64][]string, full bool) map[uint64]float64 {
 	now := w.now()
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -290,7 +292,7 @@ func (w *weigher) publish(p scrape.Placement, self string, u map[uint64]float64,
 			at = now
 			w.lostAt[k] = at
 		}
-		if others[k] || now.Sub(at) >= 2*w.period {
+		if o := p.Owners(k, 1, buf[:0]); len(o) == 1 && slices.Contains(others[k], o[0]) || now.Sub(at) >= 2*w.period {
 			delete(w.lostAt, k)
 			continue
 		}
@@ -300,15 +302,15 @@ func (w *weigher) publish(p scrape.Placement, self string, u map[uint64]float64,
 	return maps.Clone(next)
 }
 
-// publishedByOthers lists the keys some other alive node publishes.
-func publishedByOthers(sets map[string]cluster.NodeWeights, self string) map[uint64]bool {
-	out := map[uint64]bool{}
+// publishedByOthers lists, per key, the other alive nodes that publish it.
+func publishedByOthers(sets map[string]cluster.NodeWeights, self string) map[uint64][]string {
+	out := map[uint64][]string{}
 	for name, s := range sets {
 		if name == self {
 			continue
 		}
 		for k := range s.Weights {
-			out[k] = true
+			out[k] = append(out[k], name)
 		}
 	}
 	return out
