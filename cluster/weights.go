@@ -8,6 +8,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"time"
 
 	"github.com/hashicorp/memberlist"
 )
@@ -136,7 +137,9 @@ func decodeWeights(b []byte) (map[string]NodeWeights, error) {
 
 // SetWeights publishes this node's per-target weights (key → weight; only
 // positive finite weights are kept, rounded as they travel). The set
-// replaces the previous one; an equal set publishes nothing.
+// replaces the previous one; an equal set publishes nothing, except the
+// first, even empty: it replaces what peers still hold from this node's
+// previous life.
 func (n *Node) SetWeights(weights map[uint64]float64) {
 	ws := make(map[uint64]float64, len(weights))
 	for k, v := range weights {
@@ -145,7 +148,7 @@ func (n *Node) SetWeights(weights map[uint64]float64) {
 		}
 	}
 	n.mu.Lock()
-	if maps.Equal(ws, n.ownWeights.Weights) {
+	if n.ownWeights.Version > 0 && maps.Equal(ws, n.ownWeights.Weights) {
 		n.mu.Unlock()
 		return
 	}
@@ -160,14 +163,15 @@ func (n *Node) SetWeights(weights map[uint64]float64) {
 }
 
 // Weights returns the weight set last published by every alive member
-// that published one, this node included, by node name. The maps are
-// shared: do not modify them.
+// that published one, this node included, by node name. A set from a
+// member's previous life (it restarted and has not published yet) is not
+// listed. The maps are shared: do not modify them.
 func (n *Node) Weights() map[string]NodeWeights {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	out := make(map[string]NodeWeights, len(n.weights)+1)
 	for name, w := range n.weights {
-		if _, alive := n.peers[name]; alive {
+		if p, alive := n.peers[name]; alive && current(w, p) {
 			out[name] = w
 		}
 	}
@@ -175,6 +179,12 @@ func (n *Node) Weights() map[string]NodeWeights {
 		out[n.cfg.NodeName] = n.ownWeights
 	}
 	return out
+}
+
+// current reports whether w is from p's present life: its incarnation
+// (start time, ns) is not older than the start time p's metadata gives (ms).
+func current(w NodeWeights, p Peer) bool {
+	return p.StartTime.IsZero() || w.Incarnation/int64(time.Millisecond) >= p.StartTime.UnixMilli()
 }
 
 // mergeWeights takes the newer of every set in sets; sets about this node
@@ -218,7 +228,7 @@ func (n *Node) localWeightsState() []byte {
 	n.mu.Lock()
 	sets := make(map[string]NodeWeights, len(n.weights)+1)
 	for name, w := range n.weights {
-		if _, alive := n.peers[name]; alive {
+		if p, alive := n.peers[name]; alive && current(w, p) {
 			sets[name] = w
 		}
 	}

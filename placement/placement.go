@@ -471,7 +471,9 @@ func (c *Coordinator) publishWeights(r scrape.Placement, u map[uint64]float64, s
 		return false
 	}
 	mine := c.weigher.publish(r, c.opts.NodeName, u, publishedByOthers(sets, c.opts.NodeName), full)
-	if old, ok := sets[c.opts.NodeName]; ok && maps.Equal(old.Weights, mine) || !ok && len(mine) == 0 {
+	// The first publication goes out even empty: it replaces what peers
+	// still hold from this node's previous life.
+	if old, ok := sets[c.opts.NodeName]; ok && maps.Equal(old.Weights, mine) {
 		return false
 	}
 	c.cl.SetWeights(mine)
