@@ -411,6 +411,17 @@ func (r *rendered) checkCommon() {
 	if r.oneFlag("cluster.enabled") != "true" {
 		t.Error("--cluster.enabled missing")
 	}
+	// node-local targets need the replica's Kubernetes node (the flag's
+	// default is $NODE_NAME), from the downward API.
+	nodeName := false
+	for _, e := range c.Env {
+		if e.Name == "NODE_NAME" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "spec.nodeName" {
+			nodeName = true
+		}
+	}
+	if !nodeName {
+		t.Error("env NODE_NAME from spec.nodeName missing: node-local sharding would fall back to the ring")
+	}
 
 	// Pod labels select the pod for both Services.
 	for _, s := range r.services {

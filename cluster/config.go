@@ -23,6 +23,10 @@ const (
 	// maxHTTPAddrLen keeps the node metadata well below memberlist's
 	// 512-byte limit (memberlist.MetaMaxSize).
 	maxHTTPAddrLen = 256
+	// maxKubeNodeLen is a Kubernetes node name's limit (a DNS subdomain);
+	// with the HTTP address it must stay within maxMetaStrings.
+	maxKubeNodeLen = 253
+	maxMetaStrings = 320
 	// maxLabelLen is memberlist's limit on the cluster label.
 	maxLabelLen = 255
 )
@@ -87,6 +91,11 @@ type Config struct {
 	// show on their status pages and call for cluster APIs. It is gossiped
 	// in the node metadata. Default: none.
 	HTTPAddr string
+
+	// KubeNode is the name of the Kubernetes node this replica runs on
+	// (from the downward API), gossiped in the node metadata so that every
+	// node knows who scrapes node-local targets. Default: none.
+	KubeNode string
 
 	// Resolver resolves Join host names and a host-name AdvertiseAddr.
 	// Default: net.DefaultResolver. See ResolverFor.
@@ -204,6 +213,9 @@ func (cfg *Config) normalize() (listenIP net.IP, listenPort int, specs []joinSpe
 	}
 	if len(cfg.HTTPAddr) > maxHTTPAddrLen {
 		return nil, 0, nil, fmt.Errorf("cluster: HTTP address is %d bytes long; at most %d are allowed", len(cfg.HTTPAddr), maxHTTPAddrLen)
+	}
+	if err := checkKubeNode(cfg.KubeNode, len(cfg.HTTPAddr)); err != nil {
+		return nil, 0, nil, err
 	}
 	if cfg.Resolver == nil {
 		cfg.Resolver = net.DefaultResolver
@@ -328,4 +340,22 @@ func defaultAdvertiseIP(listenIP net.IP) net.IP {
 		return public
 	}
 	return net.IPv4(127, 0, 0, 1)
+}
+
+// checkKubeNode validates a Kubernetes node name for the node metadata: a
+// DNS subdomain (lower-case letters, digits, '-' and '.'; nothing JSON
+// escapes), short enough with the HTTP address to fit in 512 bytes.
+func checkKubeNode(name string, httpAddrLen int) error {
+	if len(name) > maxKubeNodeLen {
+		return fmt.Errorf("cluster: Kubernetes node name is %d bytes long; at most %d are allowed", len(name), maxKubeNodeLen)
+	}
+	for _, c := range name {
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' && c != '.' {
+			return fmt.Errorf("cluster: Kubernetes node name %q: only lower-case letters, digits, '-' and '.' are allowed", name)
+		}
+	}
+	if len(name)+httpAddrLen > maxMetaStrings {
+		return fmt.Errorf("cluster: Kubernetes node name and HTTP address are %d bytes long together; at most %d are allowed in the node metadata", len(name)+httpAddrLen, maxMetaStrings)
+	}
+	return nil
 }

@@ -58,7 +58,7 @@ func newMetrics(reg prometheus.Registerer, clusterName string, lamport, health, 
 		}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "shoal_cluster_refused_messages_total",
-			Help: "Gossip messages refused because of a cluster name (label) mismatch or a failed decryption (wrong or missing key).",
+			Help: "Gossip packets and streams refused, by reason: label (cluster name mismatch), encryption (wrong or missing key), malformed (does not decode), oversized (over memberlist's size limits), overload (memberlist's queues full).",
 		}, []string{"reason"}),
 		badMeta: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "shoal_cluster_bad_peer_metadata_total",
@@ -91,7 +91,7 @@ func newMetrics(reg prometheus.Registerer, clusterName string, lamport, health, 
 	}
 	m.weightsSends.WithLabelValues("success")
 	m.weightsSends.WithLabelValues("failure")
-	for _, r := range []string{refusedLabel, refusedEncryption} {
+	for _, r := range refusalReasons {
 		m.refused.WithLabelValues(r)
 	}
 	m.receivedEvents.WithLabelValues(eventNodeConflict)

@@ -32,9 +32,12 @@ const (
 
 // Peer is one alive member of the cluster as seen by this node.
 type Peer struct {
-	Name      string
-	Addr      string // gossip address, host:port
-	HTTPAddr  string // advertised HTTP address; empty if the peer set none
+	Name     string
+	Addr     string // gossip address, host:port
+	HTTPAddr string // advertised HTTP address; empty if the peer set none
+	// KubeNode is the Kubernetes node the peer runs on (Config.KubeNode);
+	// empty if it set none.
+	KubeNode  string
 	State     State
 	Self      bool
 	StartTime time.Time
@@ -64,6 +67,7 @@ type Node struct {
 	left       bool
 	stopped    bool
 	peers      map[string]Peer        // other alive members, by name
+	conflict   Conflict               // the last name conflict memberlist reported
 	ownWeights NodeWeights            // this node's published weights (weights.go)
 	weights    map[string]NodeWeights // other members' published weights
 	subs       map[int]chan struct{}
@@ -423,6 +427,7 @@ func (n *Node) selfLocked() Peer {
 		Name:      n.cfg.NodeName,
 		Addr:      addr,
 		HTTPAddr:  n.cfg.HTTPAddr,
+		KubeNode:  n.cfg.KubeNode,
 		State:     n.state,
 		Self:      true,
 		StartTime: n.startTime,
@@ -549,12 +554,13 @@ func (n *Node) markReady(reason string) {
 		return
 	}
 	n.ready = true
+	// The gauge before the channel: a WaitReady caller may read it at once.
+	n.metrics.ready.Set(1)
 	close(n.readyCh)
 	if n.readyTimer != nil {
 		n.readyTimer.Stop()
 	}
 	n.mu.Unlock()
-	n.metrics.ready.Set(1)
 	if n.cfg.WaitForSize > 0 {
 		n.logger.Info("cluster ready for traffic", "reason", reason, "wait_for_size", n.cfg.WaitForSize)
 	}
@@ -628,7 +634,7 @@ func (n *Node) observe(mn *memberlist.Node, event string) {
 		n.metrics.badMeta.Inc()
 		n.logger.Warn("peer sent metadata this node cannot read; treating it as a viewer", "peer", mn.Name, "addr", p.Addr, "err", err)
 	} else {
-		p.State, p.HTTPAddr = st, m.HTTPAddr
+		p.State, p.HTTPAddr, p.KubeNode = st, m.HTTPAddr, m.KubeNode
 		p.StartTime = time.UnixMilli(m.StartTime)
 		p.Handoff = m.watermarks()
 		n.mergeLamport(m.Lamport)
@@ -651,6 +657,7 @@ type conflicts Node
 func (c *conflicts) NotifyConflict(existing, other *memberlist.Node) {
 	n := (*Node)(c)
 	n.metrics.receivedEvents.WithLabelValues(eventNodeConflict).Inc()
+	n.noteConflict(existing, other)
 	n.logger.Warn("Two nodes claim the same --cluster.node-name; the second is ignored until the first leaves",
 		"name", existing.Name,
 		"existing_addr", net.JoinHostPort(existing.Addr.String(), strconv.Itoa(int(existing.Port))),
@@ -685,7 +692,7 @@ func (n *Node) mergeLamport(seen uint64) {
 }
 
 func (n *Node) metaLocked() []byte {
-	return encodeMetaWith(n.state, n.cfg.HTTPAddr, n.startTime, n.metaClock, n.watermarks)
+	return encodeMetaKube(n.state, n.cfg.HTTPAddr, n.cfg.KubeNode, n.startTime, n.metaClock, n.watermarks)
 }
 
 // delegate gives memberlist this node's metadata.

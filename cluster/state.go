@@ -75,8 +75,9 @@ type Watermarks struct {
 	// node appends nothing more of any target it does not own under
 	// FencedRing.
 	FencedSeq uint64
-	// FencedRing identifies the ring (its participant set) of fence
-	// FencedSeq; zero when the node has not fenced yet.
+	// FencedRing identifies what fence FencedSeq was made under: the ring
+	// (its participant set) and the scrape configuration (placement.ViewID);
+	// zero when the node has not fenced yet.
 	FencedRing uint64
 	// AckedSeq is the highest fence whose samples every remote-write queue
 	// of the node has had acknowledged.
@@ -89,7 +90,8 @@ type nodeMeta struct {
 	Version   int    `json:"v"`
 	State     string `json:"s"`
 	HTTPAddr  string `json:"h,omitempty"`
-	StartTime int64  `json:"t"` // Unix milliseconds
+	KubeNode  string `json:"kn,omitempty"` // Kubernetes node name, for node-local targets
+	StartTime int64  `json:"t"`            // Unix milliseconds
 	Lamport   uint64 `json:"l"`
 	// Hand-off watermarks; absent in metadata of older versions.
 	FencedSeq  uint64 `json:"fs,omitempty"`
@@ -106,10 +108,15 @@ func encodeMeta(state State, httpAddr string, start time.Time, lamport uint64) [
 }
 
 func encodeMetaWith(state State, httpAddr string, start time.Time, lamport uint64, wm Watermarks) []byte {
+	return encodeMetaKube(state, httpAddr, "", start, lamport, wm)
+}
+
+func encodeMetaKube(state State, httpAddr, kubeNode string, start time.Time, lamport uint64, wm Watermarks) []byte {
 	b, _ := json.Marshal(nodeMeta{
 		Version:    metaVersion,
 		State:      state.String(),
 		HTTPAddr:   httpAddr,
+		KubeNode:   kubeNode,
 		StartTime:  start.UnixMilli(),
 		Lamport:    lamport,
 		FencedSeq:  wm.FencedSeq,

@@ -39,6 +39,14 @@ type handoffRun struct {
 	// failed sums prometheus_remote_storage_samples_failed_total of nodes
 	// read just before they were stopped.
 	failed map[string]float64
+	// gapBound replaces handoffGapBound when set.
+	gapBound time.Duration
+	// phaseShift: two scrapes closer than half an interval within
+	// [from, to) are logged, not failed: a reload that changes targets'
+	// URLs changes their scrape phase (Prometheus hashes the URL into it),
+	// so the old loop's last scrape and the new one's first may be close
+	// without ever running together.
+	phaseShiftFrom, phaseShiftTo time.Time
 }
 
 func newHandoffRun(t *testing.T, n int) *handoffRun {
@@ -147,13 +155,19 @@ func (h *handoffRun) finish(checkValues bool) time.Duration {
 			}
 		}
 	}
-	t.Logf("longest per-target gap %v (%s); bound %v", longest, longestAt, handoffGapBound)
-	if longest > handoffGapBound {
-		t.Errorf("a target went %v without a sample (%s); bound %v", longest, longestAt, handoffGapBound)
+	bound := handoffGapBound
+	if h.gapBound > 0 {
+		bound = h.gapBound
+	}
+	t.Logf("longest per-target gap %v (%s); bound %v", longest, longestAt, bound)
+	if longest > bound {
+		t.Errorf("a target went %v without a sample (%s); bound %v", longest, longestAt, bound)
 	}
 
 	// Never scraped by two nodes at once: two scrapes of a target closer
-	// than half an interval mean two scrapers.
+	// than half an interval over two connections mean two scrapers. Over
+	// one connection it is one loop whose tick came late (a starved
+	// process; see scrapers_test.go): logged, not an error.
 	for _, tg := range h.targets {
 		tg.mu.Lock()
 		served := slices.Clone(tg.served)
@@ -162,12 +176,34 @@ func (h *handoffRun) finish(checkValues bool) time.Duration {
 			if served[i].Before(h.began) {
 				continue
 			}
-			if d := served[i].Sub(served[i-1]); d < scrapeInterval/2 {
-				t.Errorf("%s scraped twice within %v at %s: two nodes scraped it", tg.addr, d.Round(time.Millisecond), served[i].Format("15:04:05.000"))
-				break
+			d := served[i].Sub(served[i-1])
+			if d >= scrapeInterval/2 {
+				continue
 			}
+			c1, who1 := tg.scrapeBy(i - 1)
+			c2, who2 := tg.scrapeBy(i)
+			if !served[i].Before(h.phaseShiftFrom) && served[i].Before(h.phaseShiftTo) {
+				t.Logf("%s scraped twice within %v at %s by %q and %q while the reload shifted scrape phases", tg.addr, d.Round(time.Millisecond), served[i].Format("15:04:05.000"), who1, who2)
+				continue
+			}
+			if c1 == c2 && c1 != "" {
+				t.Logf("%s scraped twice within %v at %s over one connection (%s): one late scrape, not two scrapers", tg.addr, d.Round(time.Millisecond), served[i].Format("15:04:05.000"), who1)
+				continue
+			}
+			t.Errorf("%s scraped twice within %v at %s: by %q over %s and %q over %s", tg.addr, d.Round(time.Millisecond), served[i].Format("15:04:05.000"), who1, c1, who2, c2)
+			break
 		}
 	}
+
+	byWho := map[string]int{}
+	for _, tg := range h.targets {
+		tg.mu.Lock()
+		for _, c := range tg.from {
+			byWho[tg.conns[c]]++
+		}
+		tg.mu.Unlock()
+	}
+	t.Logf("scrapes by process (\"\": not told): %v", byWho)
 
 	if checkValues {
 		vals, err := h.recv.counterValues()

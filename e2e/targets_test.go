@@ -23,7 +23,9 @@ type target struct {
 	load int
 
 	mu     sync.Mutex
-	served []time.Time // when each scrape was answered; len(served) is the counter
+	served []time.Time       // when each scrape was answered; len(served) is the counter
+	from   []string          // the client address of each scrape (its connection)
+	conns  map[string]string // client address -> scraping process (scraperOf)
 }
 
 // startTargets starts n targets on 127.0.0.1, each serving load extra series.
@@ -36,8 +38,8 @@ func startTargets(t testing.TB, n, load int) []*target {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tg := &target{addr: ln.Addr().String(), load: load}
-		srv := &http.Server{Handler: tg, ReadHeaderTimeout: 5 * time.Second}
+		tg := &target{addr: ln.Addr().String(), load: load, conns: map[string]string{}}
+		srv := &http.Server{Handler: tg, ReadHeaderTimeout: 5 * time.Second, ConnState: tg.connState}
 		go func() { _ = srv.Serve(ln) }()
 		t.Cleanup(func() { _ = srv.Close() })
 		out[i] = tg
@@ -52,6 +54,7 @@ func (tg *target) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	tg.mu.Lock()
 	tg.served = append(tg.served, time.Now())
+	tg.from = append(tg.from, r.RemoteAddr)
 	n := len(tg.served)
 	tg.mu.Unlock()
 
@@ -65,6 +68,21 @@ func (tg *target) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	_ = bw.Flush()
+}
+
+// connState notes which process opened each new connection, while it is
+// still open.
+func (tg *target) connState(c net.Conn, s http.ConnState) {
+	if s != http.StateNew {
+		return
+	}
+	client := c.RemoteAddr().String()
+	go func() {
+		who := scraperOf(client, tg.addr)
+		tg.mu.Lock()
+		tg.conns[client] = who
+		tg.mu.Unlock()
+	}()
 }
 
 // count is the number of scrapes served so far (the counter's current value).

@@ -22,15 +22,15 @@ func TestReviewHoldForLateLearnerEndsWhenPeersAcked(t *testing.T) {
 		h := start(t, Options{HandoffTimeout: time.Minute})
 		r0 := ring.New([]string{"a", "b", "c"}, 8)
 		r1 := ring.New([]string{"a", "b"}, 8) // c died
-		h.c.Fenced(r0, true)
+		h.c.Fenced(r0, 0, true)
 		// b noticed first: it fenced r1 and its queues acknowledged that.
 		h.cl.setPeer(participant("b", cluster.Watermarks{FencedSeq: 5, FencedRing: RingID(r1), AckedSeq: 5}))
-		if !h.c.Released(r1) {
+		if !h.c.Released(r1, 0) {
 			t.Fatal("not released although every live peer fenced r1")
 		}
 		// The filter's order.
-		h.c.Activate(r1, []scrape.Unit{{Key: 9}})
-		h.c.Fenced(r1, true)
+		h.c.Activate(r1, 0, []scrape.Unit{{Key: 9}})
+		h.c.Fenced(r1, 0, true)
 		h.remote.ack(wal.Position{Segment: 1 << 30})
 		time.Sleep(5 * time.Second)
 		synctest.Wait()

@@ -20,10 +20,10 @@
 //     end, asks the remote-write queues to send up to it at once, and gossips
 //     "fenced seq/ring" and, once the queues have acknowledged that position,
 //     "acked seq".
-//   - Gaining side: a gained target starts when every live participant or
-//     terminating peer (and every viewer that announces fences) has fenced
-//     the ring it was gained under (Released),
-//     or after --cluster.handoff-delay. On start the Coordinator holds the
+//   - Gaining side: a gained target starts when every live peer, viewers
+//     included, has fenced the view it was gained under (Released: the ring
+//     and the scrape configuration, ViewID), or after
+//     --cluster.handoff-delay. On start the Coordinator holds the
 //     remote-write queues at the WAL end until every such peer has
 //     acknowledged its fence of that ring (a fence made before the hold, so
 //     two holding nodes never wait for each other), the peer is gone, or
@@ -37,6 +37,7 @@ package placement
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -84,6 +85,9 @@ type Cluster interface {
 // Filter is the ownership filter (*scrape.Filter).
 type Filter interface {
 	SetRing(r scrape.Placement, self string, replicationFactor int, participant bool)
+	// SetKubeNodes gives the participants' Kubernetes node names, for
+	// node-local targets; it is called before SetRing when they change.
+	SetKubeNodes(byPeer map[string]string)
 	Recheck()
 }
 
@@ -420,9 +424,13 @@ func (c *Coordinator) updateOnce() bool {
 	self := c.cl.Self()
 	participant := self.State == cluster.Participant && c.cl.Ready()
 	key := fmt.Sprint(participant)
+	kube := map[string]string{}
 	for _, p := range peers {
 		if p.State == cluster.Participant {
-			key += "\xff" + p.Name
+			key += "\xff" + p.Name + "\xfe" + p.KubeNode
+			if p.KubeNode != "" {
+				kube[p.Name] = p.KubeNode
+			}
 		}
 	}
 	var (
@@ -460,6 +468,7 @@ func (c *Coordinator) updateOnce() bool {
 	}
 	c.ring, c.ringKey = r, key
 	c.mu.Unlock()
+	f.SetKubeNodes(kube)
 	f.SetRing(r, c.opts.NodeName, c.opts.ReplicationFactor, participant)
 	return c.publishWeights(r, u, sets, full)
 }
@@ -558,13 +567,35 @@ func (c *Coordinator) Fence(ctx context.Context, units []scrape.Unit) error {
 	return c.fence.Fence(ctx, units)
 }
 
+// ViewID identifies what a fence is made under: the ring and the scrape
+// configuration (scrape.ConfigID; 0 for none, which gives RingID(r)). It is
+// what the "fenced ring" watermark carries: a reload that changes a target's
+// URL moves its key without changing the ring, and the gaining node must
+// know that the peers have applied the same configuration and fenced.
+func ViewID(r scrape.Placement, config uint64) uint64 {
+	id := RingID(r)
+	if config == 0 {
+		return id
+	}
+	var d xxhash.Digest
+	d.Reset()
+	var b [16]byte
+	binary.LittleEndian.PutUint64(b[:8], id)
+	binary.LittleEndian.PutUint64(b[8:], config)
+	_, _ = d.Write(b[:])
+	if s := d.Sum64(); s != 0 {
+		return s
+	}
+	return 1
+}
+
 // Fenced implements scrape.Handoff: it numbers the fence, asks the queues to
 // send everything before it now, and gossips it.
-func (c *Coordinator) Fenced(r scrape.Placement, participant bool) {
+func (c *Coordinator) Fenced(r scrape.Placement, config uint64, participant bool) {
 	if r == nil {
 		return // clustering disabled
 	}
-	id := RingID(r)
+	id := ViewID(r, config)
 	c.mu.Lock()
 	if id == c.fencedRing && !c.fencedAny && (participant || c.finalSeq != 0 || !c.terminating) {
 		c.mu.Unlock()
@@ -596,15 +627,25 @@ func (c *Coordinator) watermarksLocked() cluster.Watermarks {
 }
 
 // Released implements scrape.Handoff: every live peer that may scrape has
-// fenced r. Dead or left nodes are not waited for.
-func (c *Coordinator) Released(r scrape.Placement) bool {
-	id := RingID(r)
+// fenced r under the same scrape configuration. Dead or left nodes are not
+// waited for.
+func (c *Coordinator) Released(r scrape.Placement, config uint64) bool {
+	id, old := ViewID(r, config), RingID(r)
 	for _, p := range c.peersToWaitFor() {
-		if p.Handoff.FencedRing != id {
+		if !fencedView(p, id, old) {
 			return false
 		}
 	}
 	return true
+}
+
+// fencedView reports whether p's last fence is of the view id. A peer of
+// the previous version announces the plain RingID (it knows no
+// configuration views, and hands off nothing on a reload): its fence of the
+// ring counts, so that a rolling upgrade does not wait for every hand-off
+// delay and hold.
+func fencedView(p cluster.Peer, id, ringID uint64) bool {
+	return p.Handoff.FencedRing == id || p.Handoff.FencedRing == ringID
 }
 
 // peersToWaitFor are the live peers that may be scraping: every live peer
@@ -626,10 +667,10 @@ func (c *Coordinator) peersToWaitFor() []cluster.Peer {
 	return out
 }
 
-// Activate implements scrape.Handoff: the units, gained under r, may append
-// again, and the queues hold everything written from now on until the
-// peers' samples from before their fences of r are acknowledged.
-func (c *Coordinator) Activate(r scrape.Placement, units []scrape.Unit) {
+// Activate implements scrape.Handoff: the units, gained under r and config,
+// may append again, and the queues hold everything written from now on until
+// the peers' samples from before their fences of that view are acknowledged.
+func (c *Coordinator) Activate(r scrape.Placement, config uint64, units []scrape.Unit) {
 	c.fence.Unfence(units)
 	pos, err := c.wal.EndPosition()
 	if err != nil {
@@ -641,9 +682,9 @@ func (c *Coordinator) Activate(r scrape.Placement, units []scrape.Unit) {
 	// filter activates before it fences, so that may still be the old ring,
 	// and peers that already fenced r would be waited for until their next
 	// fence, which comes only with the next ring change.
-	var ringID uint64
+	var viewID, ringID uint64
 	if r != nil {
-		ringID = RingID(r)
+		viewID, ringID = ViewID(r, config), RingID(r)
 	}
 	need := map[string]peerNeed{}
 	for _, p := range c.peersToWaitFor() {
@@ -653,8 +694,8 @@ func (c *Coordinator) Activate(r scrape.Placement, units []scrape.Unit) {
 			continue
 		}
 		seq := p.Handoff.FencedSeq
-		if p.Handoff.FencedRing != ringID {
-			seq++ // released by the hand-off delay: its fence of this ring is still to come
+		if !fencedView(p, viewID, ringID) {
+			seq++ // released by the hand-off delay: its fence of this view is still to come
 		}
 		need[p.Name] = peerNeed{seq: seq, start: p.StartTime}
 	}

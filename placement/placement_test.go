@@ -176,6 +176,8 @@ func (f *fakeFilter) SetRing(r scrape.Placement, _ string, _ int, participant bo
 
 func (f *fakeFilter) Recheck() {}
 
+func (f *fakeFilter) SetKubeNodes(map[string]string) {}
+
 func (f *fakeFilter) last() (scrape.Placement, bool, int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -362,7 +364,7 @@ func TestFencedPublishesAndAckedFollows(t *testing.T) {
 		if err := h.c.Fence(context.Background(), units); err != nil {
 			t.Fatal(err)
 		}
-		h.c.Fenced(r, true)
+		h.c.Fenced(r, 0, true)
 		synctest.Wait()
 		wm := h.cl.Self().Handoff
 		if wm.FencedSeq != 1 || wm.FencedRing != RingID(r) || wm.AckedSeq != 0 {
@@ -372,7 +374,7 @@ func TestFencedPublishesAndAckedFollows(t *testing.T) {
 			t.Fatalf("FlushNow called %d times, want 1", len(h.remote.flushed))
 		}
 		// Nothing new: no new fence number.
-		h.c.Fenced(r, true)
+		h.c.Fenced(r, 0, true)
 		if got := h.cl.Self().Handoff.FencedSeq; got != 1 {
 			t.Fatalf("a re-filter without changes made fence %d", got)
 		}
@@ -392,8 +394,8 @@ func TestFencedPublishesAndAckedFollows(t *testing.T) {
 // participant, and activates a gained unit.
 func gainUnder(t *testing.T, h *harness, r *ring.Ring) {
 	t.Helper()
-	h.c.Fenced(r, true)
-	h.c.Activate(r, []scrape.Unit{{Key: 9}})
+	h.c.Fenced(r, 0, true)
+	h.c.Activate(r, 0, []scrape.Unit{{Key: 9}})
 	if len(h.fence.unfenced) != 1 {
 		t.Fatal("Activate did not un-fence the unit")
 	}
@@ -410,26 +412,26 @@ func TestReleasedWaitsForEveryLivePeerFence(t *testing.T) {
 		h.cl.setPeer(participant("b", cluster.Watermarks{FencedSeq: 3, FencedRing: id}))
 		h.cl.setPeer(cluster.Peer{Name: "c", State: cluster.Terminating, Handoff: cluster.Watermarks{FencedSeq: 2, FencedRing: 99}})
 		h.cl.setPeer(cluster.Peer{Name: "v", State: cluster.Viewer})
-		if h.c.Released(r) {
+		if h.c.Released(r, 0) {
 			t.Fatal("released while terminating c has not fenced the ring")
 		}
 		h.cl.setPeer(cluster.Peer{Name: "c", State: cluster.Terminating, Handoff: cluster.Watermarks{FencedSeq: 3, FencedRing: id}})
-		if h.c.Released(r) {
+		if h.c.Released(r, 0) {
 			t.Fatal("released while viewer v, maybe a participant in its own view, announced nothing")
 		}
 		h.cl.setPeer(cluster.Peer{Name: "v", State: cluster.Viewer, Handoff: cluster.Watermarks{FencedSeq: 1, FencedRing: id}})
-		if !h.c.Released(r) {
+		if !h.c.Released(r, 0) {
 			t.Fatal("not released with every live peer fenced")
 		}
 		h.cl.setPeer(participant("c", cluster.Watermarks{FencedSeq: 4, FencedRing: 5}))
 		h.cl.removePeer("c") // dead or left: not waited for
-		if !h.c.Released(r) {
+		if !h.c.Released(r, 0) {
 			t.Fatal("a gone peer is waited for")
 		}
 		// A viewer that announces fences may already be a participant in
 		// its own view (promoted at the same moment): it is waited for.
 		h.cl.setPeer(cluster.Peer{Name: "w", State: cluster.Viewer, Handoff: cluster.Watermarks{FencedSeq: 1, FencedRing: 42}})
-		if h.c.Released(r) {
+		if h.c.Released(r, 0) {
 			t.Fatal("released while a viewer announcing another ring may be scraping")
 		}
 	})
@@ -589,7 +591,7 @@ func TestTerminateWaitsForFinalFenceAcked(t *testing.T) {
 		}
 		// The filter fences everything and reports it.
 		_ = h.c.Fence(context.Background(), []scrape.Unit{{Key: 3}})
-		h.c.Fenced(r, false)
+		h.c.Fenced(r, 0, false)
 		synctest.Wait()
 		select {
 		case <-done:

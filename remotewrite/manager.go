@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"reflect"
 	"sync"
 	"sync/atomic"
@@ -201,8 +202,30 @@ func newClient(sp *spec) (remote.WriteClient, error) {
 	}
 	if hc, ok := c.(*remote.Client); ok && hc.Client != nil {
 		hc.Client.Transport = responseInfoTransport{next: hc.Client.Transport}
+		hc.Client.CheckRedirect = keepMethod(hc.Client.CheckRedirect)
 	}
 	return c, nil
+}
+
+// keepMethod follows a redirect only if the request stays a POST with its
+// body (307, 308). Go's client turns a POST into a body-less GET on 301, 302
+// and 303: the samples would go nowhere, and a receiver answering that GET
+// with 400 would have them dropped as bad data. The 3xx itself is returned
+// instead and retried like any status that is not the data's fault.
+// follow_redirects: false (next) still stops every redirect.
+func keepMethod(next func(*http.Request, []*http.Request) error) func(*http.Request, []*http.Request) error {
+	return func(req *http.Request, via []*http.Request) error {
+		if len(via) > 0 && req.Method != via[0].Method {
+			return http.ErrUseLastResponse
+		}
+		if next != nil {
+			return next(req, via)
+		}
+		if len(via) >= 10 {
+			return errors.New("stopped after 10 redirects")
+		}
+		return nil
+	}
 }
 
 // protoMsg is the configured Remote-Write message, 1.0 when unset.

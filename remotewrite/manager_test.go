@@ -246,6 +246,12 @@ func TestParseRetryAfter(t *testing.T) {
 		"soon":                          0,
 		"Fri, 02 Jan 2026 03:04:15 GMT": 10 * time.Second,
 		"Fri, 02 Jan 2026 03:04:00 GMT": 0,
+		// A receiver cannot stall the queue for longer than maxRetryAfter.
+		"86400":                         maxRetryAfter,
+		"99999999999999999999":          maxRetryAfter,
+		"-99999999999999999999":         0,
+		"Sat, 03 Jan 2026 03:04:05 GMT": maxRetryAfter,
+		"300":                           5 * time.Minute,
 	} {
 		if got := parseRetryAfter(in, now); got != want {
 			t.Errorf("parseRetryAfter(%q) = %v, want %v", in, got, want)

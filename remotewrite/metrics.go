@@ -142,7 +142,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{labelRemoteName, labelURL, labelReason}),
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "shoal_remotewrite_retries_total",
-			Help: "Requests retried, by reason: the HTTP status, or network for a failure without an answer (connection, TLS, timeout).",
+			Help: "Requests retried, by reason: the HTTP status (3xx included: a redirect that would turn the POST into a GET is not followed), or, without an answer, timeout (remote_timeout passed), tls (handshake or certificate) or network (refused, reset, closed).",
 		}, []string{labelRemoteName, labelURL, labelReason}),
 		resent: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "shoal_remotewrite_resent_samples_total",

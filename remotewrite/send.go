@@ -2,6 +2,10 @@ package remotewrite
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"net"
 	"net/http"
 	"slices"
 	"strconv"
@@ -255,7 +259,7 @@ func classifyFailure(status int) (failureAction, string) {
 	case http.StatusRequestEntityTooLarge:
 		return actSplit, dropTooLarge
 	case 0:
-		return actRetry, "network"
+		return actRetry, retryNoAnswerNetwork
 	}
 	// 5xx, 429, 408, 401, 403, 404 and any other answer: retry.
 	return actRetry, strconv.Itoa(status)
@@ -330,6 +334,9 @@ func (q *queue) send(ctx context.Context, b *shardBuffers, items []item, md []pr
 		}
 		first, _, _ := strings.Cut(err.Error(), "\n")
 		act, reason := classifyFailure(info.status)
+		if info.status == 0 && info.noAnswer != "" {
+			reason = info.noAnswer
+		}
 		switch {
 		case act == actSplit && len(items) > 1:
 			// Not applied (too large): send the halves, each on its own, in
@@ -435,6 +442,35 @@ func (q *queue) countFailed(cnt counts) {
 type responseInfo struct {
 	status     int
 	retryAfter time.Duration
+	noAnswer   string // why no answer came: one of the retryNo* reasons
+}
+
+// Reasons of shoal_remotewrite_retries_total when no HTTP answer came.
+const (
+	retryNoAnswerNetwork = "network" // connection refused, reset, closed
+	retryNoAnswerTimeout = "timeout" // no answer within remote_timeout
+	retryNoAnswerTLS     = "tls"     // handshake or certificate failure
+)
+
+// noAnswerReason tells a timeout and a TLS failure from other network errors.
+func noAnswerReason(err error) string {
+	var (
+		ne   net.Error
+		cve  *tls.CertificateVerificationError
+		rhe  tls.RecordHeaderError
+		alrt tls.AlertError
+		uae  x509.UnknownAuthorityError
+		hne  x509.HostnameError
+		cie  x509.CertificateInvalidError
+	)
+	switch {
+	case errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()):
+		return retryNoAnswerTimeout
+	case errors.As(err, &cve) || errors.As(err, &rhe) || errors.As(err, &alrt) ||
+		errors.As(err, &uae) || errors.As(err, &hne) || errors.As(err, &cie):
+		return retryNoAnswerTLS
+	}
+	return retryNoAnswerNetwork
 }
 
 type responseInfoKey struct{}
@@ -446,32 +482,48 @@ type responseInfoTransport struct {
 
 func (t responseInfoTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := t.next.RoundTrip(req)
+	info, ok := req.Context().Value(responseInfoKey{}).(*responseInfo)
 	if err != nil {
+		if ok {
+			info.noAnswer = noAnswerReason(err)
+		}
 		return resp, err
 	}
-	if info, ok := req.Context().Value(responseInfoKey{}).(*responseInfo); ok {
+	if ok {
 		info.status = resp.StatusCode
 		info.retryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
 	}
 	return resp, nil
 }
 
+// maxRetryAfter bounds the wait a Retry-After header can impose: a receiver
+// asking for a day (or a value that overflows) would otherwise stall the
+// queue that long after it has recovered.
+const maxRetryAfter = 5 * time.Minute
+
 // parseRetryAfter understands both forms of the header: delay-seconds and an
-// HTTP date. It returns 0 for anything else or a date in the past.
+// HTTP date, at most maxRetryAfter. It returns 0 for anything else or a
+// date in the past.
 func parseRetryAfter(v string, now time.Time) time.Duration {
 	v = strings.TrimSpace(v)
 	if v == "" {
 		return 0
 	}
-	if s, err := strconv.Atoi(v); err == nil {
-		if s < 0 {
-			return 0
-		}
+	s, err := strconv.ParseInt(v, 10, 64)
+	switch {
+	case err == nil && s < 0:
+		return 0
+	case err == nil && s > int64(maxRetryAfter/time.Second),
+		errors.Is(err, strconv.ErrRange) && s > 0: // more digits than int64 holds
+		return maxRetryAfter
+	case err == nil:
 		return time.Duration(s) * time.Second
+	case errors.Is(err, strconv.ErrRange):
+		return 0 // hugely negative
 	}
 	if t, err := http.ParseTime(v); err == nil {
 		if d := t.Sub(now); d > 0 {
-			return d
+			return min(d, maxRetryAfter)
 		}
 	}
 	return 0

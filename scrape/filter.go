@@ -127,16 +127,19 @@ type Handoff interface {
 	// once appends already under way are done.
 	Fence(ctx context.Context, units []Unit) error
 	// Fenced is called after every re-filter: every unit this node does not
-	// own under r (with participant as given) is fenced now.
-	Fenced(r Placement, participant bool)
+	// own under r and the scrape configuration config (ConfigID; with
+	// participant as given) is fenced now.
+	Fenced(r Placement, config uint64, participant bool)
 	// Released reports whether every peer that may still scrape a target
-	// gained under r has fenced it, so that this node may start.
-	Released(r Placement) bool
+	// gained under r and config has fenced them, so that this node may
+	// start. A reload that changes a target's URL moves its key: the peers
+	// must have applied the same configuration too.
+	Released(r Placement, config uint64) bool
 	// Activate is called with the units about to be passed on to the scrape
-	// manager for the first time (gained, or gained back) under r: they must
-	// be un-fenced, and their first samples ordered after the previous
-	// owners'. It is called before Fenced(r, ...) of the same re-filter.
-	Activate(r Placement, units []Unit)
+	// manager for the first time (gained, or gained back) under r and
+	// config: they must be un-fenced, and their first samples ordered after
+	// the previous owners'. It is called before Fenced of the same re-filter.
+	Activate(r Placement, config uint64, units []Unit)
 }
 
 // TargetInfo describes one discovered target and its ownership, for the
@@ -150,8 +153,12 @@ type TargetInfo struct {
 	Labels           labels.Labels
 	DiscoveredLabels labels.Labels
 	// Owners are the nodes that own the key under the current ring, primary
-	// first; just this node when clustering is disabled.
+	// first; just this node when clustering is disabled. The sharding mode
+	// comes first: every participant (all), the one on the target's node
+	// (node-local).
 	Owners []string
+	// Sharding is the target's ShardingLabel value ("" for ring).
+	Sharding string
 	// Owned reports whether this node scrapes the target now.
 	Owned bool
 	// DropReason says why this node does not scrape it: "" when Owned, else
@@ -173,24 +180,36 @@ type Filter struct {
 	recheck    chan struct{} // Recheck was called
 	work       *handoffWork  // hand-off steps of the last re-filters, for Run
 
-	mu      sync.Mutex
-	cfgs    map[string]*config.ScrapeConfig
-	jobs    map[string]*jobState
-	latest  ringState // as last given to SetRing
-	applied ringState // as used by the last re-filter
+	mu         sync.Mutex
+	cfgs       map[string]*config.ScrapeConfig
+	cfgID      uint64 // ConfigID of cfgs
+	appliedCfg uint64 // cfgID as used by the last re-filter
+	jobs       map[string]*jobState
+	latest     ringState // as last given to SetRing
+	applied    ringState // as used by the last re-filter
 	// owned are the keys passed on to the scrape manager; waiting are keys
 	// gained by a ring change and held back until the given time; known are
 	// the keys of every valid discovered target at the last re-filter.
-	owned     map[uint64]int // key -> rank
-	waiting   map[uint64]waitEntry
-	known     map[uint64]struct{}
-	refilters int  // for tests: how many re-filters ran
-	resend    bool // the job set changed: send even if no target moved
+	owned   map[uint64]int // key -> rank
+	waiting map[uint64]waitEntry
+	known   map[uint64]struct{}
+	// series maps the series identity (seriesID) of every known target to
+	// its key, and ownedSeries the owned keys to theirs: a key that goes
+	// away while its series is still discovered under another key (a reload
+	// or relabelling changed the URL) moved, and is handed off.
+	series      map[uint64]uint64
+	ownedSeries map[uint64]uint64
+	refilters   int  // for tests: how many re-filters ran
+	resend      bool // the job set changed: send even if no target moved
 }
 
 type waitEntry struct {
 	due  time.Time
 	rank int
+	// fixed: only due ends the wait. A target whose key moved without a
+	// configuration change (discovery changed its URL) cannot be released
+	// by the peers' fences, which say nothing about discovery.
+	fixed bool
 }
 
 type ringState struct {
@@ -198,9 +217,11 @@ type ringState struct {
 	self        string
 	rf          int
 	participant bool
+	kube        *kubeNodes // for node-local targets; see sharding.go
 }
 
-// owners returns the owners of key under s, appended to buf[:0].
+// owners returns the ring owners of key under s, appended to buf[:0]
+// (ownersOf applies the target's sharding mode first).
 func (s ringState) owners(key uint64, buf []string) []string {
 	if s.ring == nil {
 		return append(buf[:0], s.self)
@@ -208,25 +229,13 @@ func (s ringState) owners(key uint64, buf []string) []string {
 	return s.ring.Owners(key, s.rf, buf)
 }
 
-// rank reports whether s.self scrapes key under s, and as which rank.
-func (s ringState) rank(key uint64, buf []string) (int, bool) {
-	if !s.participant {
-		return 0, false
-	}
-	if s.ring == nil {
-		return 0, true
-	}
-	i := slices.Index(s.ring.Owners(key, s.rf, buf), s.self)
-	return i, i >= 0
-}
-
-// ownedByOther reports whether some node other than s.self owned key under
+// ownedByOther reports whether some node other than s.self owned e under
 // s, i.e. whether someone may still be scraping it.
-func (s ringState) ownedByOther(key uint64, buf []string) bool {
+func (s ringState) ownedByOther(e entry, buf []string) bool {
 	if s.ring == nil {
 		return false
 	}
-	for _, o := range s.ring.Owners(key, s.rf, buf) {
+	for _, o := range s.ownersOf(e, buf) {
 		if o != s.self {
 			return true
 		}
@@ -249,6 +258,9 @@ type jobState struct {
 type entry struct {
 	group, index int
 	key          uint64
+	series       uint64 // seriesID of the final labels
+	mode         shardMode
+	node         string // KubeNodeLabel, for node-local targets
 	url          string
 	labels       labels.Labels // final labels; empty when dropped
 	reason       string        // non-empty when the target has no key
@@ -264,19 +276,21 @@ func NewFilter(opts FilterOptions, mgr ScrapeManager, logger *slog.Logger, reg p
 		logger = promslog.NewNopLogger()
 	}
 	f := &Filter{
-		opts:       opts.withDefaults(),
-		mgr:        mgr,
-		logger:     logger,
-		metrics:    newMetrics(reg, logger),
-		ringSignal: make(chan struct{}, 1),
-		cfgSignal:  make(chan struct{}, 1),
-		recheck:    make(chan struct{}, 1),
-		cfgs:       map[string]*config.ScrapeConfig{},
-		jobs:       map[string]*jobState{},
-		latest:     ringState{rf: 1, participant: true},
-		owned:      map[uint64]int{},
-		waiting:    map[uint64]waitEntry{},
-		known:      map[uint64]struct{}{},
+		opts:        opts.withDefaults(),
+		mgr:         mgr,
+		logger:      logger,
+		metrics:     newMetrics(reg, logger),
+		ringSignal:  make(chan struct{}, 1),
+		cfgSignal:   make(chan struct{}, 1),
+		recheck:     make(chan struct{}, 1),
+		cfgs:        map[string]*config.ScrapeConfig{},
+		jobs:        map[string]*jobState{},
+		latest:      ringState{rf: 1, participant: true},
+		owned:       map[uint64]int{},
+		waiting:     map[uint64]waitEntry{},
+		known:       map[uint64]struct{}{},
+		series:      map[uint64]uint64{},
+		ownedSeries: map[uint64]uint64{},
 	}
 	f.applied = f.latest
 	f.metrics.setRing(f.applied)
@@ -299,7 +313,9 @@ func (f *Filter) ApplyConfig(cfg *config.Config) error {
 		cfgs[sc.JobName] = sc
 	}
 
+	id := ConfigID(scfgs)
 	f.mu.Lock()
+	f.cfgID = id
 	for job, js := range f.jobs {
 		newCfg, ok := cfgs[job]
 		if !ok {
@@ -336,7 +352,7 @@ func (f *Filter) SetRing(r Placement, self string, replicationFactor int, partic
 		r = nil
 	}
 	f.mu.Lock()
-	f.latest = ringState{ring: r, self: self, rf: replicationFactor, participant: participant}
+	f.latest = ringState{ring: r, self: self, rf: replicationFactor, participant: participant, kube: f.latest.kube}
 	f.mu.Unlock()
 	select {
 	case f.ringSignal <- struct{}{}:
@@ -476,7 +492,18 @@ func computeEntries(js *jobState, cfg *config.ScrapeConfig, lb *labels.Builder) 
 					firstErr = fmt.Errorf("group %q target %d: %w", g.Source, ti, err)
 				}
 			default:
+				mode, node, err := shardingOf(final, tl, g.Labels)
+				if err != nil {
+					e.reason = reasonInvalidPrefix + err.Error()
+					invalid++
+					if firstErr == nil {
+						firstErr = fmt.Errorf("group %q target %d: %w", g.Source, ti, err)
+					}
+					break
+				}
 				e.key, e.url, e.labels = key, u, final
+				e.series = seriesID(final)
+				e.mode, e.node = mode, node
 			}
 			entries = append(entries, e)
 		}
@@ -495,6 +522,8 @@ func (f *Filter) refilter(now time.Time) (out map[string][]*targetgroup.Group, c
 	f.refilters++
 	prev, cur := f.applied, f.latest
 	ringChanged := prev != cur
+	cfgID := f.cfgID
+	cfgChanged := cfgID != f.appliedCfg
 	changed = f.resend
 	f.resend = false
 	lb := labels.NewBuilder(labels.EmptyLabels())
@@ -515,26 +544,57 @@ func (f *Filter) refilter(now time.Time) (out map[string][]*targetgroup.Group, c
 	// a ring change alone reuses it.
 	rebuildKnown := changed
 	var (
-		buf        = make([]string, 0, max(cur.rf, prev.rf))
-		known      = f.known
-		owned      = make(map[uint64]int, len(f.owned))
-		waiting    = map[uint64]waitEntry{}
-		movedIn    int
-		ownedByJob = map[string]int{}
-		h          = f.opts.Handoff
-		activated  []Unit
-		released   *bool // Handoff.Released(cur.ring), asked once when needed
-		timedOut   int
+		buf         = make([]string, 0, max(cur.rf, prev.rf))
+		known       = f.known
+		series      = f.series
+		owned       = make(map[uint64]int, len(f.owned))
+		ownedSeries = make(map[uint64]uint64, len(f.owned))
+		waiting     = map[uint64]waitEntry{}
+		movedIn     int
+		ownedByJob  = map[string]int{}
+		h           = f.opts.Handoff
+		activated   []Unit
+		released    *bool // Handoff.Released(cur.ring), asked once when needed
+		timedOut    int
 	)
 	isReleased := func() bool {
 		if released == nil {
-			r := h.Released(cur.ring)
+			r := h.Released(cur.ring, cfgID)
 			released = &r
 		}
 		return *released
 	}
 	if rebuildKnown {
 		known = make(map[uint64]struct{}, len(f.known))
+		series = make(map[uint64]uint64, len(f.series))
+		for job, js := range f.jobs {
+			if f.cfgs[job] == nil {
+				continue
+			}
+			for _, e := range js.entries {
+				if e.reason != "" {
+					continue
+				}
+				known[e.key] = struct{}{}
+				if _, dup := series[e.series]; !dup {
+					series[e.series] = e.key
+				}
+			}
+		}
+	}
+	// movedFrom reports whether the series of e was known before under
+	// another key, now gone (a reload or relabelling changed the target's
+	// URL), and whether a peer may still be scraping it under that key: then
+	// it is a hand-off like any other.
+	movedFrom := func(e entry) (moved, byOther bool) {
+		old, ok := f.series[e.series]
+		if !ok || old == e.key {
+			return false, false
+		}
+		if _, still := known[old]; still {
+			return false, false
+		}
+		return true, prev.ownedByOther(entry{key: old}, buf)
 	}
 	out = make(map[string][]*targetgroup.Group, len(f.jobs))
 	for job, js := range f.jobs {
@@ -561,23 +621,24 @@ func (f *Filter) refilter(now time.Time) (out map[string][]*targetgroup.Group, c
 			if e.reason != "" {
 				continue
 			}
-			if rebuildKnown {
-				known[e.key] = struct{}{}
-			}
 			// A key seen before in this pass (a duplicate target) was
 			// already decided.
 			_, active := owned[e.key]
 			_, held := waiting[e.key]
-			if rank, mine := cur.rank(e.key, buf); !active && !held && mine {
+			if rank, mine := cur.rankOf(e, buf); !active && !held && mine {
 				oldRank, wasOwned := f.owned[e.key]
 				w, wasWaiting := f.waiting[e.key]
 				wasWaiting = wasWaiting && w.rank == rank
 				_, wasKnown := f.known[e.key]
+				var moved, movedByOther bool
+				if !wasKnown && !wasOwned && !wasWaiting {
+					moved, movedByOther = movedFrom(e)
+				}
 				gained := false
 				switch {
 				case wasOwned && oldRank == rank:
 					active = true
-				case wasWaiting && h != nil && isReleased():
+				case wasWaiting && h != nil && !w.fixed && isReleased():
 					active, gained = true, true
 				case wasWaiting && !now.Before(w.due):
 					active, gained = true, true
@@ -586,11 +647,19 @@ func (f *Filter) refilter(now time.Time) (out map[string][]*targetgroup.Group, c
 					}
 				case wasWaiting:
 					waiting[e.key] = w
+				case moved && movedByOther && f.opts.HandoffDelay > 0:
+					// With a new configuration the peers' fences of it
+					// release the target; a key moved by discovery alone
+					// waits the whole delay.
+					waiting[e.key] = waitEntry{due: now.Add(f.opts.HandoffDelay), rank: rank, fixed: h == nil || !cfgChanged}
+				case moved && !movedByOther && prev.participant:
+					// This node alone scraped it under its old key.
+					active = true
 				case h != nil && f.opts.HandoffDelay > 0 && !isReleased():
 					// A peer may still be scraping it: wait until every
 					// peer has fenced this ring, or the delay.
 					waiting[e.key] = waitEntry{due: now.Add(f.opts.HandoffDelay), rank: rank}
-				case h == nil && wasKnown && f.opts.HandoffDelay > 0 && prev.ownedByOther(e.key, buf):
+				case h == nil && wasKnown && f.opts.HandoffDelay > 0 && prev.ownedByOther(e, buf):
 					// Someone else was scraping it: give them time to stop.
 					waiting[e.key] = waitEntry{due: now.Add(f.opts.HandoffDelay), rank: rank}
 				default:
@@ -600,6 +669,7 @@ func (f *Filter) refilter(now time.Time) (out map[string][]*targetgroup.Group, c
 				}
 				if active {
 					owned[e.key] = rank
+					ownedSeries[e.key] = e.series
 					ownedByJob[job]++
 					if gained {
 						movedIn++
@@ -613,7 +683,11 @@ func (f *Filter) refilter(now time.Time) (out map[string][]*targetgroup.Group, c
 				g := filtered[e.group]
 				tl := js.groups[e.group].Targets[e.index]
 				if h != nil {
-					tl = f.decorate(tl, Unit{Key: e.key, Rank: owned[e.key]}, cur.rf)
+					replica := ""
+					if e.mode == modeAll && cur.ring != nil {
+						replica = cur.self
+					}
+					tl = f.decorate(tl, Unit{Key: e.key, Rank: owned[e.key]}, cur.rf, replica)
 				}
 				g.Targets = append(g.Targets, tl)
 			}
@@ -633,7 +707,12 @@ func (f *Filter) refilter(now time.Time) (out map[string][]*targetgroup.Group, c
 			continue
 		}
 		changed = true
-		if _, ok := known[k]; ok {
+		_, stillKnown := known[k]
+		// A key that went away while its series is still discovered under
+		// another key moved: it is handed off, not stopped.
+		s, hadSeries := f.ownedSeries[k]
+		nk, seriesKnown := series[s]
+		if stillKnown || (hadSeries && seriesKnown && nk != k) {
 			if handoff == nil {
 				handoff = map[uint64]struct{}{}
 			}
@@ -650,6 +729,7 @@ func (f *Filter) refilter(now time.Time) (out map[string][]*targetgroup.Group, c
 		}
 	}
 	f.owned, f.waiting, f.known, f.applied = owned, waiting, known, cur
+	f.series, f.ownedSeries, f.appliedCfg = series, ownedSeries, cfgID
 	mgr := f.mgr
 	f.mu.Unlock()
 
@@ -660,7 +740,7 @@ func (f *Filter) refilter(now time.Time) (out map[string][]*targetgroup.Group, c
 		}
 		f.work.lost = append(f.work.lost, lost...)
 		f.work.activated = append(f.work.activated, activated...)
-		f.work.ring, f.work.participant = cur.ring, cur.participant
+		f.work.ring, f.work.config, f.work.participant = cur.ring, cfgID, cur.participant
 		f.mu.Unlock()
 		if timedOut > 0 {
 			f.metrics.gateTimeouts.Add(float64(timedOut))
@@ -694,6 +774,7 @@ func (f *Filter) refilter(now time.Time) (out map[string][]*targetgroup.Group, c
 type handoffWork struct {
 	lost, activated []Unit
 	ring            Placement
+	config          uint64
 	participant     bool
 }
 
@@ -718,7 +799,7 @@ func (f *Filter) handoff(ctx context.Context, unsent *map[string][]*targetgroup.
 		return
 	}
 	if len(w.activated) > 0 {
-		h.Activate(w.ring, w.activated)
+		h.Activate(w.ring, w.config, w.activated)
 	}
 	if len(w.lost) > 0 {
 		if *unsent != nil {
@@ -737,7 +818,7 @@ func (f *Filter) handoff(ctx context.Context, unsent *map[string][]*targetgroup.
 			return
 		}
 	}
-	h.Fenced(w.ring, w.participant)
+	h.Fenced(w.ring, w.config, w.participant)
 }
 
 // awaitStopped waits, for at most StopWait, until the scrape manager has
@@ -774,13 +855,16 @@ func (f *Filter) awaitStopped(ctx context.Context, units []Unit) {
 	}
 }
 
-// decorate returns tl with the hand-off unit and, with a replication factor
-// above 1, the replica label set.
-func (f *Filter) decorate(tl model.LabelSet, u Unit, rf int) model.LabelSet {
+// decorate returns tl with the hand-off unit and the replica label set:
+// to replica when given (all-mode targets: the node name), else to the rank
+// with a replication factor above 1.
+func (f *Filter) decorate(tl model.LabelSet, u Unit, rf int, replica string) model.LabelSet {
 	out := make(model.LabelSet, len(tl)+2)
 	maps.Copy(out, tl)
 	out[UnitLabel] = model.LabelValue(u.String())
-	if rf > 1 && f.opts.ReplicaLabel != "" {
+	if replica != "" && f.opts.ReplicaLabel != "" {
+		out[model.LabelName(f.opts.ReplicaLabel)] = model.LabelValue(replica)
+	} else if rf > 1 && f.opts.ReplicaLabel != "" {
 		out[model.LabelName(f.opts.ReplicaLabel)] = model.LabelValue(strconv.Itoa(u.Rank))
 	}
 	return out
@@ -788,12 +872,18 @@ func (f *Filter) decorate(tl model.LabelSet, u Unit, rf int) model.LabelSet {
 
 // disableStaleness finds the running scrape targets with the given keys and
 // tells the scrape manager not to write end-of-run staleness markers for
-// them: their new owner continues the series.
+// them: their new owner continues the series. A running target is known by
+// its unit label where it has one: after a reload the scrape manager may
+// run it with the new configuration (a new URL) until the next sync.
 func (f *Filter) disableStaleness(mgr ScrapeManager, keys map[uint64]struct{}) {
 	for job, targets := range mgr.TargetsActive() {
 		var moved []*promscrape.Target
 		for _, t := range targets {
-			if _, ok := keys[TargetKey(job, t.URL())]; ok {
+			k := TargetKey(job, t.URL())
+			if u, err := ParseUnit(t.GetValue(UnitLabel)); err == nil {
+				k = u.Key
+			}
+			if _, ok := keys[k]; ok {
 				moved = append(moved, t)
 			}
 		}
@@ -834,7 +924,8 @@ func (f *Filter) Targets() []TargetInfo {
 				res = append(res, ti)
 				continue
 			}
-			ti.Owners = s.owners(e.key, nil)
+			ti.Owners = s.ownersOf(e, nil)
+			ti.Sharding = e.labels.Get(ShardingLabel)
 			_, ti.Owned = f.owned[e.key]
 			_, waiting := f.waiting[e.key]
 			switch {
@@ -876,9 +967,19 @@ func (f *Filter) OwnedCounts() map[string]int {
 		}
 	}
 	buf := make([]string, 0, f.applied.rf)
-	for k := range f.known {
-		for _, o := range f.applied.owners(k, buf) {
-			counts[o]++
+	seen := make(map[uint64]struct{}, len(f.known))
+	for job, js := range f.jobs {
+		if f.cfgs[job] == nil {
+			continue
+		}
+		for _, e := range js.entries {
+			if _, dup := seen[e.key]; dup || e.reason != "" {
+				continue
+			}
+			seen[e.key] = struct{}{}
+			for _, o := range f.applied.ownersOf(e, buf) {
+				counts[o]++
+			}
 		}
 	}
 	return counts

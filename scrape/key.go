@@ -3,12 +3,15 @@ package scrape
 import (
 	"errors"
 	"net/url"
+	"slices"
+	"strings"
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/config"
 	"github.com/prometheus/prometheus/model/labels"
 	promscrape "github.com/prometheus/prometheus/scrape"
+	"go.yaml.in/yaml/v2"
 )
 
 // TargetKey returns the ring key of a target: xxhash64 of the job name, a
@@ -55,4 +58,47 @@ func KeyFor(lb *labels.Builder, cfg *config.ScrapeConfig, targetLabels, groupLab
 	}
 	scrapeURL = promscrape.NewTarget(final, cfg, targetLabels, groupLabels).URL().String()
 	return keyOf(cfg.JobName, scrapeURL), scrapeURL, final, nil
+}
+
+// seriesID identifies the series a target's samples belong to: its final
+// labels without the internal "__" ones, as Prometheus puts them on samples.
+// Two keys with one seriesID are one target whose URL changed.
+func seriesID(final labels.Labels) uint64 {
+	var d xxhash.Digest
+	d.Reset()
+	final.Range(func(l labels.Label) {
+		if strings.HasPrefix(l.Name, model.ReservedLabelPrefix) {
+			return
+		}
+		_, _ = d.WriteString(l.Name)
+		_, _ = d.WriteString("\xff")
+		_, _ = d.WriteString(l.Value)
+		_, _ = d.WriteString("\xff")
+	})
+	return d.Sum64()
+}
+
+// ConfigID identifies a set of scrape configurations: equal on every node
+// that loaded the same ones (in any order, secrets masked), never zero. The
+// hand-off uses it to tell whether the peers have applied a reload that may
+// have moved targets to other keys.
+func ConfigID(scfgs []*config.ScrapeConfig) uint64 {
+	sorted := slices.Clone(scfgs)
+	slices.SortFunc(sorted, func(a, b *config.ScrapeConfig) int { return strings.Compare(a.JobName, b.JobName) })
+	var d xxhash.Digest
+	d.Reset()
+	_, _ = d.WriteString("shoal-scrape-config\xff")
+	for _, sc := range sorted {
+		b, err := yaml.Marshal(sc)
+		if err != nil {
+			// Not expected for a loaded config; the job name still counts.
+			b = []byte(sc.JobName)
+		}
+		_, _ = d.Write(b)
+		_, _ = d.WriteString("\xff")
+	}
+	if s := d.Sum64(); s != 0 {
+		return s
+	}
+	return 1
 }

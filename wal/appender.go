@@ -324,11 +324,20 @@ func (a *appender) Commit() error {
 	}
 	a.recs = recs
 
+	if s.unwritable.Load() {
+		s.tryReopen()
+	}
 	s.commitMu.Lock()
 	if s.closed {
 		s.commitMu.Unlock()
 		a.unpinAll()
 		return ErrClosed
+	}
+	if s.writeErr != nil {
+		err := s.refuseLocked(len(a.samples) + len(a.hists) + len(a.fhists))
+		s.commitMu.Unlock()
+		a.unpinAll()
+		return err
 	}
 	a.newSeries, a.newSeriesPtr = a.newSeries[:0], a.newSeriesPtr[:0]
 	for _, list := range [][]*memSeries{a.sampleSeries, a.histSeries, a.fhistSeries, a.exSeries} {
@@ -350,6 +359,7 @@ func (a *appender) Commit() error {
 		for _, ms := range a.newSeriesPtr {
 			ms.logged = false
 		}
+		s.writeFailedLocked(err, len(a.samples)+len(a.hists)+len(a.fhists))
 		s.commitMu.Unlock()
 		a.unpinAll()
 		s.metrics.writeFailures.Inc()

@@ -112,6 +112,20 @@
 // crash may lose the most recent, not yet flushed, part of the log; the
 // damaged tail is repaired on the next Open.
 //
+// # Write failures (disk full, read-only file system)
+//
+// A commit whose write fails returns the error, and the WAL turns
+// unwritable: every later commit is refused at once (counted as
+// shoal_wal_rejected_samples_total{reason="unwritable"}), truncation pauses,
+// and nothing more reaches the log, because wlog still holds the failed
+// batch in its page buffer and anything written after a record torn at a
+// page boundary would be lost at the next replay's repair. At most once a
+// second a commit tries to reopen it: the old wlog is closed (flushing the
+// failed batch, which needs the space back), a torn record is cut away as
+// on Open (recorded in RepairsFile for the readers), and writing resumes in
+// a new segment. Whole records of the failed batch may remain: its samples
+// can reach the readers although its Commit returned an error.
+//
 // # Metrics
 //
 // Registered on the Registerer given to Open (nil: none) and unregistered by
@@ -125,9 +139,11 @@
 //	shoal_wal_corruptions_repaired_total     counter corrupt/torn tails repaired on Open
 //	shoal_wal_samples_appended_total{type}   counter committed samples: float, histogram (int and float), exemplar
 //	shoal_wal_out_of_order_samples_total     counter samples refused as older than their series' newest
-//	shoal_wal_rejected_samples_total{reason} counter samples refused: duplicate, too_old, invalid
+//	shoal_wal_rejected_samples_total{reason} counter samples refused: duplicate, too_old, invalid, unwritable
 //	shoal_wal_commits_total                  counter commits that wrote records
 //	shoal_wal_write_failures_total           counter commits whose write failed (error returned)
+//	shoal_wal_writable                       gauge   0 from a failed write until the WAL is reopened
+//	shoal_wal_write_recoveries_total         counter reopens after a failed write
 //	shoal_wal_series_created_total           counter series created
 //	shoal_wal_series_gc_total                counter series forgotten after SeriesGCAge
 //	shoal_wal_truncations_total              counter truncation passes that deleted segments

@@ -29,6 +29,7 @@ type metrics struct {
 	droppedUnsentBytes  prometheus.Counter
 	seriesCreated       prometheus.Counter
 	seriesGC            prometheus.Counter
+	reopens             prometheus.Counter
 }
 
 // Reasons for shoal_wal_rejected_samples_total.
@@ -36,6 +37,9 @@ const (
 	rejectDuplicate = "duplicate"
 	rejectTooOld    = "too_old"
 	rejectInvalid   = "invalid"
+	// rejectUnwritable: refused because an earlier write failed and the WAL
+	// could not be reopened yet (disk full, read-only file system).
+	rejectUnwritable = "unwritable"
 )
 
 func newMetrics(s *Storage, reg prometheus.Registerer) (*metrics, error) {
@@ -55,13 +59,13 @@ func newMetrics(s *Storage, reg prometheus.Registerer) (*metrics, error) {
 	}, []string{"type"})
 	m.rejected = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "shoal_wal_rejected_samples_total",
-		Help: "Samples refused on append for a reason other than order: duplicate (same timestamp, different value), too_old (older than the WAL max age), invalid (bad labels or histogram).",
+		Help: "Samples refused for a reason other than order: duplicate (same timestamp, different value), too_old (older than the WAL max age), invalid (bad labels or histogram), unwritable (on commit, while the WAL cannot be written after a failed write).",
 	}, []string{"reason"})
 	m.collectors = append(m.collectors, m.replayDuration, m.samplesAppended, m.rejected)
 	m.appendedFloat = m.samplesAppended.WithLabelValues("float")
 	m.appendedHistogram = m.samplesAppended.WithLabelValues("histogram")
 	m.appendedExemplar = m.samplesAppended.WithLabelValues("exemplar")
-	for _, r := range []string{rejectDuplicate, rejectTooOld, rejectInvalid} {
+	for _, r := range []string{rejectDuplicate, rejectTooOld, rejectInvalid, rejectUnwritable} {
 		m.rejected.WithLabelValues(r)
 	}
 
@@ -75,6 +79,7 @@ func newMetrics(s *Storage, reg prometheus.Registerer) (*metrics, error) {
 	m.droppedUnsent = counter("shoal_wal_segments_dropped_unsent_total", "Segments deleted while a reader still needed them, because they were older than the max age or the WAL was over its max size.")
 	m.droppedUnsentBytes = counter("shoal_wal_bytes_dropped_unsent_total", "Bytes of the segments counted in shoal_wal_segments_dropped_unsent_total.")
 	m.seriesCreated = counter("shoal_wal_series_created_total", "Series created in the WAL.")
+	m.reopens = counter("shoal_wal_write_recoveries_total", "Times the WAL became writable again after a failed write: the failed batch's torn record cut away and a new segment started.")
 	m.seriesGC = counter("shoal_wal_series_gc_total", "Series forgotten because they had no sample for the series GC age.")
 
 	m.collectors = append(m.collectors,
@@ -90,6 +95,15 @@ func newMetrics(s *Storage, reg prometheus.Registerer) (*metrics, error) {
 			Name: "shoal_wal_bytes",
 			Help: "Bytes on disk used by WAL segments and checkpoints.",
 		}, func() float64 { _, b := dirUsage(s.dir); return float64(b) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "shoal_wal_writable",
+			Help: "0 after a write to the WAL failed (disk full, read-only file system) until it could be reopened: commits are refused meanwhile; 1 otherwise.",
+		}, func() float64 {
+			if s.unwritable.Load() {
+				return 0
+			}
+			return 1
+		}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "shoal_wal_segment_current",
 			Help: "Index of the segment being written.",

@@ -24,6 +24,9 @@ func (s *Storage) EndPosition() (Position, error) {
 	if s.closed {
 		return Position{}, ErrClosed
 	}
+	if s.wal == nil {
+		return Position{}, fmt.Errorf("wal: end position: %w", s.writeErr)
+	}
 	seg, off, err := s.wal.LastSegmentAndOffset()
 	if err != nil {
 		return Position{}, fmt.Errorf("wal: end position: %w", err)

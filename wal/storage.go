@@ -28,7 +28,8 @@ type Storage struct {
 	dir     string
 	opts    Options
 	logger  *slog.Logger
-	wal     *wlog.WL
+	wal     *wlog.WL // commitMu to replace; nil while a failed write could not be reopened
+	reg     prometheus.Registerer
 	series  *stripeSeries
 	metrics *metrics
 	now     func() time.Time // wall clock; tests replace it
@@ -50,6 +51,16 @@ type Storage struct {
 	curSegUsed  bool          // commitMu: records were written to the live segment
 	curSegBound int64         // commitMu: upper bound of the bytes in the live segment
 	segMaxT     map[int]int64 // commitMu: newest sample timestamp per segment
+
+	// A write that failed (disk full, file system read-only) leaves wlog's
+	// page with a partial batch, maybe a torn record. Until the WAL is
+	// reopened and that record cut away, commits are refused rather than
+	// written after it. See unwritable.go.
+	writeErr      error     // commitMu: the failure; nil when writable
+	writeErrSince time.Time // commitMu
+	refusedSince  int       // commitMu: samples refused in this episode
+	lastReopen    time.Time // commitMu: the last attempt to reopen
+	unwritable    atomic.Bool
 
 	// truncMu serialises truncation passes (and Close with them).
 	truncMu sync.Mutex
@@ -87,6 +98,7 @@ func open(dir string, opts Options, logger *slog.Logger, reg prometheus.Register
 		dir:     dir,
 		opts:    opts,
 		logger:  logger,
+		reg:     reg,
 		series:  newStripeSeries(),
 		now:     now,
 		segMaxT: map[int]int64{},
@@ -164,7 +176,10 @@ func (s *Storage) Close() error {
 		return ErrClosed
 	}
 	s.closed = true
-	err := s.wal.Close()
+	var err error
+	if s.wal != nil {
+		err = s.wal.Close()
+	}
 	s.commitMu.Unlock()
 	s.metrics.unregister()
 	return err

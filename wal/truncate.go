@@ -19,10 +19,15 @@ func (s *Storage) Truncate() error {
 	s.truncMu.Lock()
 	defer s.truncMu.Unlock()
 	s.commitMu.Lock()
-	closed := s.closed
+	closed, writeErr := s.closed, s.writeErr
 	s.commitMu.Unlock()
 	if closed {
 		return ErrClosed
+	}
+	if writeErr != nil {
+		// Rotation would flush the failed batch and a checkpoint needs
+		// space too; the next commit reopens the WAL first.
+		return fmt.Errorf("wal: not truncating while the WAL cannot be written: %w", writeErr)
 	}
 	err := s.truncate(s.now())
 	if err != nil {

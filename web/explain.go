@@ -223,6 +223,10 @@ func explainKey(r *ring.Ring, ti shoalscrape.TargetInfo) Explanation {
 	switch {
 	case len(ti.Owners) == 0:
 		ex.Note = "No owner: " + ti.DropReason
+	case ti.Sharding == shoalscrape.ShardingAll:
+		ex.Note = "Sharding mode all: every participant scrapes it (" + strings.Join(ti.Owners, ", ") + "), each with its own replica label."
+	case ti.Sharding == shoalscrape.ShardingNodeLocal && !slices.Equal(walked, ti.Owners):
+		ex.Note = "Sharding mode node-local: " + strings.Join(ti.Owners, ", ") + " runs on the target's Kubernetes node."
 	case !slices.Equal(walked, ti.Owners):
 		ex.Note = fmt.Sprintf("The owners in force (%s) differ from the plain ring walk (%s): the placement mode or a ring change decided otherwise.",
 			strings.Join(ti.Owners, ", "), strings.Join(walked, ", "))

@@ -9,6 +9,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/shoal-dev/shoal/cluster"
 )
 
 //go:embed templates/*.html
@@ -128,6 +130,7 @@ type pageData struct {
 	Peers        PeersData
 	Targets      []activeTarget
 	Unhealthy    int
+	Conflict     *cluster.Conflict // a recent node name conflict, or nil
 
 	// Placement is filled on /cluster and /target only: it asks every peer.
 	Placement     *ClusterTargets
@@ -161,6 +164,7 @@ func (h *Handler) pageData(r *http.Request, title string) *pageData {
 		}
 	}
 	d.Node = h.nodeStatus()
+	d.Conflict = h.nameConflict(d.Now)
 	d.Uptime = d.Now.Sub(h.start)
 	for _, t := range d.Targets {
 		if t.Health != "up" {

@@ -92,6 +92,8 @@ type Handler struct {
 	scheme  string
 	initErr error // a peer client configuration that does not load; Run returns it
 
+	limits serverLimits
+
 	heardMu   sync.Mutex
 	lastHeard map[string]time.Time
 	peerErr   map[string]string // the last error of each peer, to log changes only
@@ -112,6 +114,7 @@ func New(opts Options, logger *slog.Logger) *Handler {
 		opts.Gatherer = prometheus.DefaultGatherer
 	}
 	h := &Handler{opts: opts, logger: logger, mux: http.NewServeMux(), start: time.Now(), lastHeard: map[string]time.Time{}, peerErr: map[string]string{}}
+	h.limits = defaultServerLimits()
 	h.meter = &loadMeter{g: opts.Gatherer}
 	h.client, h.scheme, h.initErr = peerClient(opts)
 	if h.initErr != nil {
@@ -127,8 +130,9 @@ func New(opts Options, logger *slog.Logger) *Handler {
 		_, _ = w.Write([]byte("shoal is healthy.\n"))
 	})
 	h.mux.HandleFunc("GET /-/ready", h.ready)
+	// POST only: a reload changes state, so a link, a prefetch or a crawler
+	// (all GET) must not trigger one. Other methods get 405.
 	h.mux.HandleFunc("POST /-/reload", h.reload)
-	h.mux.HandleFunc("PUT /-/reload", h.reload)
 	h.mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelError)}))
 	h.mux.HandleFunc("GET /api/v1/targets", h.apiTargets)
 	h.mux.HandleFunc("GET /api/v1/cluster/peers", h.apiPeers)
@@ -136,7 +140,8 @@ func New(opts Options, logger *slog.Logger) *Handler {
 	h.mux.HandleFunc("GET /api/v1/cluster/explain", h.apiExplain)
 	h.mux.HandleFunc("GET /api/v1/status/node", h.apiNodeStatus)
 	// Profiles, as Prometheus serves them, for the CPU and memory investigations
-	// that benchmarks start.
+	// that benchmarks start. They sit behind the same TLS and basic auth as
+	// every other route: exporter-toolkit wraps the whole handler in Run.
 	h.mux.HandleFunc("GET /debug/pprof/", pprof.Index)
 	h.mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
 	h.mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
@@ -187,7 +192,10 @@ func (h *Handler) Run(ctx context.Context) error {
 	}()
 	srv := &http.Server{
 		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: h.limits.readHeader,
+		ReadTimeout:       h.limits.read,
+		IdleTimeout:       h.limits.idle,
+		MaxHeaderBytes:    h.limits.maxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(h.logger.Handler(), slog.LevelError),
 	}
 	addrs := []string{h.opts.ListenAddress}
@@ -207,5 +215,31 @@ func (h *Handler) Run(ctx context.Context) error {
 			err = lerr
 		}
 		return err
+	}
+}
+
+// serverLimits bound what one client can hold: a slow or stalled client is
+// disconnected, not waited for.
+type serverLimits struct {
+	// readHeader bounds the TLS handshake and the request headers (slow loris).
+	readHeader time.Duration
+	// read bounds the whole request. net/http cancels a handler's context
+	// when it passes, so it must exceed the longest handler: a CPU profile
+	// (/debug/pprof/profile, 30s by default) or a trace.
+	read time.Duration
+	// idle bounds a kept-alive connection between requests.
+	idle time.Duration
+	// maxHeaderBytes bounds the request line and headers.
+	maxHeaderBytes int
+}
+
+// defaultServerLimits are the limits of the HTTP server. There is no write
+// timeout: profiles and traces stream for as long as asked.
+func defaultServerLimits() serverLimits {
+	return serverLimits{
+		readHeader:     10 * time.Second,
+		read:           2 * time.Minute,
+		idle:           2 * time.Minute,
+		maxHeaderBytes: 64 << 10,
 	}
 }

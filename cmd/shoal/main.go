@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -48,6 +49,7 @@ type flags struct {
 	clusterJoin            []string
 	kubeLabelSelector      string
 	kubeNamespace          string
+	kubeNodeName           string
 	rejoinInterval         time.Duration
 	clusterName            string
 	secretKeyFile          string
@@ -112,6 +114,8 @@ func parseFlags(args []string) (*flags, error) {
 		Default("").StringVar(&f.kubeLabelSelector)
 	app.Flag("cluster.kubernetes.namespace", "Namespace of the peer pods for --cluster.kubernetes.label-selector (default: this pod's namespace).").
 		Default("").StringVar(&f.kubeNamespace)
+	app.Flag("cluster.kubernetes.node-name", "Name of the Kubernetes node this replica runs on (the downward API's spec.nodeName), gossiped to peers: targets whose __shoal_sharding__ label is node-local are scraped by the replica on their __meta_kubernetes_pod_node_name.").
+		Envar("NODE_NAME").Default("").StringVar(&f.kubeNodeName)
 	app.Flag("cluster.rejoin-interval", "Re-resolve peers and rejoin this often, healing a split brain; 0 disables.").
 		Default("60s").DurationVar(&f.rejoinInterval)
 	app.Flag("cluster.name", "Cluster name, gossiped as the memberlist label: clusters with different names never merge.").
@@ -132,7 +136,7 @@ func parseFlags(args []string) (*flags, error) {
 		Default("5m").DurationVar(&f.handoffTimeout)
 	app.Flag("cluster.terminate-grace", "On shutdown, how long to wait for this node's last samples of handed-off targets to be acknowledged after it turned terminating.").
 		Default("5s").DurationVar(&f.terminateGraceDeadline)
-	app.Flag("cluster.replica-label", "With --cluster.replication-factor above 1, the target label that carries each owner's rank for the target (0 for the primary). Must not start with \"__\".").
+	app.Flag("cluster.replica-label", "With --cluster.replication-factor above 1, the target label that carries each owner's rank for the target (0 for the primary); on targets whose __shoal_sharding__ label is all, each node's name. Must not start with \"__\".").
 		Default("replica").StringVar(&f.replicaLabel)
 	app.Flag("cluster.placement", "How targets are placed on the participants: ring (consistent hashing, equal shares of the key space) or bounded (bounded-load consistent hashing over the samples/s each owner measures and gossips: no node above 1.10 × the mean). Every node must run the same.").
 		Default(placement.ModeRing).EnumVar(&f.placement, placement.Modes...)
@@ -163,6 +167,24 @@ func parseFlags(args []string) (*flags, error) {
 	if f.nodeName == "" {
 		return nil, fmt.Errorf("--cluster.node-name is empty and the hostname is unknown")
 	}
+	if !f.clusterEnabled {
+		// Cluster settings without a cluster would be silently ignored: a
+		// single agent that scrapes everything where a shard was meant.
+		for _, c := range []struct {
+			set  bool
+			flag string
+		}{
+			{f.waitForSize > 0, "--cluster.wait-for-size"},
+			{f.replicationFactor > 1, "--cluster.replication-factor"},
+			{len(f.clusterJoin) > 0, "--cluster.join"},
+			{f.secretKeyFile != "", "--cluster.secret-key-file"},
+			{f.kubeLabelSelector != "", "--cluster.kubernetes.label-selector"},
+		} {
+			if c.set {
+				return nil, fmt.Errorf("%s is set but --cluster.enabled is not: add --cluster.enabled or drop %s", c.flag, c.flag)
+			}
+		}
+	}
 	return f, nil
 }
 
@@ -185,8 +207,33 @@ func main() {
 	}()
 	if err := run(ctx, f); err != nil {
 		fmt.Fprintln(os.Stderr, "shoal:", err)
-		os.Exit(1)
+		os.Exit(exitCode(err))
 	}
+}
+
+// exitCode is 2 for input the user must fix (a file or flag, as for a bad
+// command line), 1 for anything else.
+func exitCode(err error) int {
+	var ce *configError
+	if errors.As(err, &ce) {
+		return 2
+	}
+	return 1
+}
+
+// configError marks a start-up failure caused by a configuration file or a
+// flag's value rather than by the environment: main exits with code 2.
+type configError struct{ err error }
+
+func (e *configError) Error() string { return e.err.Error() }
+func (e *configError) Unwrap() error { return e.err }
+
+// badConfig wraps err as a configError (nil stays nil).
+func badConfig(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &configError{err}
 }
 
 // nameFlag adds the flag's name to a value error, which kingpin reports

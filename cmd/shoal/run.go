@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"regexp"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -19,9 +20,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	versioncollector "github.com/prometheus/client_golang/prometheus/collectors/version"
+	config_util "github.com/prometheus/common/config"
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/common/promslog"
 	"github.com/prometheus/common/version"
+	toolkit "github.com/prometheus/exporter-toolkit/web"
 	"github.com/prometheus/prometheus/config"
 	"github.com/prometheus/prometheus/discovery"
 	_ "github.com/prometheus/prometheus/discovery/install" // every service discovery Prometheus has
@@ -67,6 +70,7 @@ type agent struct {
 	reloadMu          sync.Mutex
 	reloadSuccess     prometheus.Gauge
 	reloadSuccessTime prometheus.Gauge
+	reloadFailures    prometheus.Counter
 
 	replaying atomic.Pointer[string] // "segment k of n" while the WAL replays
 }
@@ -90,12 +94,25 @@ func run(ctx context.Context, f *flags) error {
 	a.reloadSuccessTime = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "shoal_config_last_reload_success_timestamp_seconds", Help: "Time of the last successful configuration reload.",
 	})
-	reg.MustRegister(a.reloadSuccess, a.reloadSuccessTime)
+	a.reloadFailures = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "shoal_config_reload_failures_total", Help: "Configuration reloads refused (SIGHUP or POST /-/reload); the previous configuration stayed in force.",
+	})
+	reg.MustRegister(a.reloadSuccess, a.reloadSuccessTime, a.reloadFailures)
 
 	// A config that does not load is fatal at start: there is nothing to run.
 	cfg, err := loadConfig(f.configFile, logger)
 	if err != nil {
-		return err
+		return badConfig(err)
+	}
+	// The web configuration is checked now, so that a broken one is named
+	// and exits 2 instead of surfacing as a server that did not start.
+	if err := toolkit.Validate(f.webConfigFile); err != nil {
+		return badConfig(fmt.Errorf("--web.config.file=%q: %w", f.webConfigFile, err))
+	}
+	if f.webClientConfigFile != "" {
+		if _, _, err := config_util.LoadHTTPConfigFile(f.webClientConfigFile); err != nil {
+			return badConfig(fmt.Errorf("--web.client-config.file=%q: %w", f.webClientConfigFile, redactYAMLValues(err)))
+		}
 	}
 
 	if err := os.MkdirAll(f.storagePath, 0o755); err != nil {
@@ -264,7 +281,7 @@ func run(ctx context.Context, f *flags) error {
 
 	if err := a.applyConfig(cfg); err != nil {
 		discoveryCancel()
-		return err
+		return badConfig(fmt.Errorf("applying --config.file=%q: %w", f.configFile, err))
 	}
 	a.configLoaded.Store(true)
 	a.reloadSuccess.Set(1)
@@ -438,9 +455,13 @@ func (a *agent) newClusterNode() (*cluster.Node, error) {
 	if f.secretKeyFile != "" {
 		b, err := os.ReadFile(f.secretKeyFile)
 		if err != nil {
-			return nil, fmt.Errorf("reading --cluster.secret-key-file: %w", err)
+			return nil, badConfig(fmt.Errorf("reading --cluster.secret-key-file: %w", err))
 		}
 		key = trimKey(b)
+		if n := len(key); n != 16 && n != 24 && n != 32 {
+			// The length only: the key itself must never be printed.
+			return nil, badConfig(fmt.Errorf("--cluster.secret-key-file=%q holds %d bytes; the gossip key must be 16, 24 or 32 bytes (AES-128, -192 or -256)", f.secretKeyFile, n))
+		}
 	}
 	cfg := cluster.DefaultConfig()
 	cfg.NodeName = f.nodeName
@@ -449,6 +470,7 @@ func (a *agent) newClusterNode() (*cluster.Node, error) {
 	cfg.Join = f.clusterJoin
 	cfg.KubernetesLabelSelector = f.kubeLabelSelector
 	cfg.KubernetesNamespace = f.kubeNamespace
+	cfg.KubeNode = f.kubeNodeName
 	cfg.RejoinInterval = f.rejoinInterval
 	cfg.ClusterName = f.clusterName
 	cfg.SecretKey = key
@@ -531,13 +553,31 @@ func (a *agent) becomeTerminating() {
 func loadConfig(filename string, logger *slog.Logger) (*config.Config, error) {
 	cfg, err := config.LoadFile(filename, true, logger)
 	if err != nil {
-		return nil, fmt.Errorf("loading --config.file=%q: %w", filename, err)
+		return nil, fmt.Errorf("loading --config.file=%q: %w", filename, redactYAMLValues(err))
 	}
+	applyScrapeDefaults(cfg)
 	// scrape_config_files are read here, so that a broken one is caught now.
 	if _, err := cfg.GetScrapeConfigs(); err != nil {
-		return nil, fmt.Errorf("loading scrape configs of --config.file=%q: %w", filename, err)
+		return nil, fmt.Errorf("loading scrape configs of --config.file=%q: %w", filename, redactYAMLValues(err))
 	}
 	return cfg, nil
+}
+
+// yamlQuotedValue is how YAML type errors quote the value they could not
+// use: "line 5: cannot unmarshal !!str `hunter2` into config.plain".
+var yamlQuotedValue = regexp.MustCompile("(cannot unmarshal !![a-z]+ )`[^`]*`")
+
+// redactYAMLValues drops the values that YAML type errors quote: a password
+// put where a map belongs would otherwise reach the log and the reload
+// answer (YAML shortens only values longer than 10 bytes). The line and the
+// expected type still say what is wrong.
+func redactYAMLValues(err error) error {
+	msg := err.Error()
+	red := yamlQuotedValue.ReplaceAllString(msg, "${1}`<value hidden>`")
+	if red == msg {
+		return err
+	}
+	return errors.New(red)
 }
 
 func (a *agent) applyConfig(cfg *config.Config) error {
@@ -592,6 +632,7 @@ func (a *agent) reload() error {
 	}
 	if err != nil {
 		a.reloadSuccess.Set(0)
+		a.reloadFailures.Inc()
 		a.logger.Error("Configuration reload failed; the previous configuration stays in force", "err", err)
 		return err
 	}

@@ -1,0 +1,39 @@
+package cluster
+
+import (
+	"math"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The Kubernetes node name travels in the metadata (for node-local
+// targets); the longest allowed name with the longest allowed HTTP address
+// and maximal watermarks still fits memberlist's 512 bytes.
+func TestKubeNodeInMetadata(t *testing.T) {
+	m, st, err := decodeMeta(encodeMetaKube(Participant, "h:1", "node-a.example", time.UnixMilli(42), 3, Watermarks{}))
+	if err != nil || st != Participant || m.KubeNode != "node-a.example" {
+		t.Fatalf("decode: %+v %v %v", m, st, err)
+	}
+	if m, _, _ := decodeMeta(encodeMetaWith(Participant, "h:1", time.UnixMilli(42), 3, Watermarks{})); m.KubeNode != "" {
+		t.Fatalf("metadata without a node name decoded %q", m.KubeNode)
+	}
+
+	name := strings.Repeat("n", maxKubeNodeLen)
+	addr := strings.Repeat("h", maxMetaStrings-len(name))
+	if err := checkKubeNode(name, len(addr)); err != nil {
+		t.Fatal(err)
+	}
+	max := Watermarks{FencedSeq: math.MaxUint64, FencedRing: math.MaxUint64, AckedSeq: math.MaxUint64}
+	if b := encodeMetaKube(Terminating, addr, name, time.UnixMilli(math.MaxInt64), math.MaxUint64, max); len(b) > 512 {
+		t.Fatalf("metadata is %d bytes; memberlist allows 512", len(b))
+	}
+	for _, bad := range []string{"Node-A", "node_a", "node a", strings.Repeat("n", maxKubeNodeLen+1)} {
+		if err := checkKubeNode(bad, 0); err == nil || !strings.Contains(err.Error(), "Kubernetes node name") {
+			t.Errorf("checkKubeNode(%q) = %v, want an error naming the node name", bad, err)
+		}
+	}
+	if err := checkKubeNode(name, maxMetaStrings); err == nil {
+		t.Error("a node name that with the HTTP address overflows the metadata is accepted")
+	}
+}
