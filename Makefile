@@ -2,14 +2,14 @@
 SHELL := /bin/bash
 GO        ?= go
 BIN       ?= bin
-PKGS_UNIT  = $(shell $(GO) list ./... | grep -v -e /e2e)
+PKGS_UNIT  = $(shell $(GO) list ./... | grep -v -e /e2e -e /internal/k8stest)
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 REVISION  ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 LDFLAGS    = -X github.com/prometheus/common/version.Version=$(VERSION) \
              -X github.com/prometheus/common/version.Revision=$(REVISION) \
              -X github.com/prometheus/common/version.Branch=main
 
-.PHONY: all build test test-unit test-e2e fuzz lint lint-chart chart-docs image demo bench clean
+.PHONY: all build test test-unit test-e2e test-k8s kube-apiserver fuzz lint lint-chart chart-docs image demo bench clean
 
 all: build
 
@@ -20,14 +20,23 @@ build:
 
 # The whole suite: static checks, unit and in-process tests with the race
 # detector, then the multi-process end-to-end tests on their own so that
-# their time bounds are not shared with the rest of the suite on a small machine.
-test: lint test-unit test-e2e
+# their time bounds are not shared with the rest of the suite on a small machine,
+# then the tests against a real Kubernetes API server.
+test: lint test-unit test-e2e test-k8s
 
 test-unit:
 	$(GO) test -race -count=1 -timeout 30m $(PKGS_UNIT)
 
 test-e2e:
-	$(GO) test -count=1 -timeout 40m -v ./e2e/
+	$(GO) test -count=1 -timeout 40m -v -skip '^TestKubernetes' ./e2e/
+
+# A real control plane (internal/k8stest): kube-apiserver, built once from the
+# module proxy into the tools cache (see kube-apiserver below), and Debian's
+# etcd-server (etcd in PATH). The chart is installed into it and real shoal
+# processes discover each other and their targets through it.
+test-k8s: $(KUBE_APISERVER)
+	$(K8S_ENV) $(GO) test -count=1 -timeout 20m -v ./internal/k8stest/
+	$(K8S_ENV) $(GO) test -count=1 -timeout 30m -v -run '^TestKubernetes' ./e2e/
 
 # Each fuzzer in turn for FUZZTIME (go test runs one -fuzz target at a
 # time). Plain go test, as in test-unit, runs only their seed corpora. The
@@ -36,7 +45,7 @@ FUZZTIME ?= 30s
 FUZZERS   = ./remotewrite:FuzzJournalTornTail ./remotewrite:FuzzJournalLoad \
             ./remotewrite:FuzzReadProgress ./wal:FuzzReadRepairs \
             ./cluster:FuzzDecodeMeta ./cluster:FuzzMetaRoundTrip \
-            ./cmd/shoal:FuzzLoadConfig ./web:FuzzPeerAnswers
+            ./cmd/shoal:FuzzLoadConfig ./web:FuzzPeerAnswers ./monitors:FuzzConvert
 fuzz:
 	@set -e; for f in $(FUZZERS); do \
 		echo "fuzz $${f#*:} ($${f%%:*}) for $(FUZZTIME)"; \
@@ -67,6 +76,19 @@ $(HELM):
 lint-chart: $(HELM)
 	$(HELM) lint --strict charts/shoal
 	$(HELM) lint --strict charts/shoal --set controller.type=deployment,autoscaling.enabled=true,rbac.namespaced=true,serviceMonitor.enabled=true,prometheusRule.enabled=true,cluster.gossipKey.existingSecret=key,remoteWrite[0].url=https://x.example/write
+
+# kube-apiserver for test-k8s, built once from the Go module proxy into a
+# cache keyed by its version (scripts/build-kube-apiserver.sh replaces the
+# k8s.io staging modules with their published releases). About 15 minutes
+# cold on two cores; nothing when cached.
+KUBE_VERSION   ?= v1.37.2
+KUBE_APISERVER  = $(TOOLS_DIR)/kube-apiserver-$(KUBE_VERSION)/kube-apiserver
+K8S_ENV         = SHOAL_KUBE_APISERVER=$(KUBE_APISERVER)
+
+$(KUBE_APISERVER):
+	GO=$(GO) ./scripts/build-kube-apiserver.sh $(KUBE_VERSION) $(dir $(KUBE_APISERVER))
+
+kube-apiserver: $(KUBE_APISERVER)
 
 # Regenerates charts/shoal/README.md from values.yaml and copies the alerting
 # rules and dashboards from operations/ into the chart.

@@ -18,10 +18,10 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 )
 
-// queueOnly is the UpdateNode timeout SetState uses: memberlist queues the
-// update before it starts waiting, and under a join storm the wait for
-// delivery can take seconds, which SetState's callers should not pay.
-const queueOnly = time.Nanosecond
+// announceWait bounds how long the announcer waits for memberlist to finish
+// sending this node's last metadata update before it queues the next one
+// anyway; normally that takes a few gossip intervals.
+const announceWait = 5 * time.Second
 
 // Replacements for memberlist's LAN defaults (4 and 30s); see
 // memberlistConfig.
@@ -60,8 +60,11 @@ type Node struct {
 	state      State
 	metaClock  uint64 // lamport value of the last local state change
 	watermarks Watermarks
-	advertised []byte // metadata memberlist last advertised for this node
-	advertise  string // final gossip address, set by Start
+	advertised []byte        // metadata memberlist last advertised for this node
+	announcing bool          // an announcer goroutine owns this node's UpdateNode calls
+	reannounce bool          // metadata changed while announcing
+	stopCh     chan struct{} // closed by Shutdown
+	advertise  string        // final gossip address, set by Start
 	ml         *memberlist.Memberlist
 	started    bool
 	left       bool
@@ -103,6 +106,7 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Node, err
 		subs:        map[int]chan struct{}{},
 		weightsSend: make(chan struct{}, 1),
 		readyCh:     make(chan struct{}),
+		stopCh:      make(chan struct{}),
 	}
 	n.disc = &discoverer{
 		specs:      specs,
@@ -392,23 +396,68 @@ func (n *Node) SetWatermarks(w Watermarks) {
 	}
 }
 
-// broadcastState has memberlist advertise the current metadata. memberlist
-// drops a local update whose incarnation a concurrent refutation has just
-// overtaken (the refutation re-sends the old metadata), so it checks what
-// memberlist now advertises and tries again if that is stale.
+// broadcastState has memberlist advertise the current metadata; it does not
+// wait. An update must not replace this node's previous one in memberlist's
+// broadcast queue while that is still being sent: when it was the only
+// message queued, memberlist v0.7.0's queue restarts its ids and the next
+// relayed message of the same size silently drops the update (upstream
+// hashicorp/memberlist#263), leaving peers stale until the next state
+// exchange. So one announcer goroutine sends an update, waits until
+// memberlist has finished sending it, and only then sends what changed
+// meanwhile.
 func (n *Node) broadcastState(ml *memberlist.Memberlist) {
-	for range 3 {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.announcing {
+		n.reannounce = true
+		return
+	}
+	if n.stopped || n.left {
+		return
+	}
+	n.announcing = true
+	// Under n.mu with stopped false: Shutdown's Wait comes after this Add.
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		n.announce(ml)
+	}()
+}
+
+// announce runs UpdateNode until memberlist advertises the current metadata
+// and nothing changed while it was being sent.
+func (n *Node) announce(ml *memberlist.Memberlist) {
+	for {
 		n.metrics.broadcasts.WithLabelValues("update").Inc()
-		// The only error is the (expected) timeout of the delivery wait.
-		_ = ml.UpdateNode(queueOnly)
+		// UpdateNode queues the update, then waits for its delivery (at
+		// once when no peer is alive). The wait has no cancellation but its
+		// own bound, so Shutdown does not wait for it.
+		sent := make(chan struct{})
+		go func() {
+			defer close(sent)
+			// The only error is the timeout of the delivery wait.
+			_ = ml.UpdateNode(announceWait)
+		}()
+		select {
+		case <-sent:
+		case <-n.stopCh:
+		}
 		n.mu.Lock()
-		current := bytes.Equal(n.advertised, n.metaLocked())
+		// memberlist drops a local update whose incarnation a concurrent
+		// refutation has just overtaken (the refutation re-sends the old
+		// metadata): then what it advertises is stale and the loop sends
+		// the update again.
+		stale := !bytes.Equal(n.advertised, n.metaLocked())
+		done := n.stopped || n.left || (!n.reannounce && !stale)
+		n.reannounce = false
+		if done {
+			n.announcing = false
+		}
 		n.mu.Unlock()
-		if current {
+		if done {
 			return
 		}
 	}
-	n.logger.Warn("memberlist did not take this node's new state; it goes out with the next update or state exchange")
 }
 
 // Self returns this node as a Peer.
@@ -594,6 +643,7 @@ func (n *Node) Shutdown() error {
 		return nil
 	}
 	n.stopped = true
+	close(n.stopCh)
 	ml, cancel := n.ml, n.cancel
 	if n.readyTimer != nil {
 		n.readyTimer.Stop()

@@ -50,6 +50,7 @@ type flags struct {
 	kubeLabelSelector      string
 	kubeNamespace          string
 	kubeNodeName           string
+	kubeconfig             string
 	rejoinInterval         time.Duration
 	clusterName            string
 	secretKeyFile          string
@@ -116,6 +117,8 @@ func parseFlags(args []string) (*flags, error) {
 		Default("").StringVar(&f.kubeNamespace)
 	app.Flag("cluster.kubernetes.node-name", "Name of the Kubernetes node this replica runs on (the downward API's spec.nodeName), gossiped to peers: targets whose __shoal_sharding__ label is node-local are scraped by the replica on their __meta_kubernetes_pod_node_name.").
 		Envar("NODE_NAME").Default("").StringVar(&f.kubeNodeName)
+	app.Flag("cluster.kubernetes.kubeconfig", "Kubeconfig file for --cluster.kubernetes.label-selector, for a shoal outside the cluster (default: the in-cluster service account). Its context's namespace is the default of --cluster.kubernetes.namespace.").
+		Default("").StringVar(&f.kubeconfig)
 	app.Flag("cluster.rejoin-interval", "Re-resolve peers and rejoin this often, healing a split brain; 0 disables.").
 		Default("60s").DurationVar(&f.rejoinInterval)
 	app.Flag("cluster.name", "Cluster name, gossiped as the memberlist label: clusters with different names never merge.").

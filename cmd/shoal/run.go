@@ -471,6 +471,16 @@ func (a *agent) newClusterNode() (*cluster.Node, error) {
 	cfg.KubernetesLabelSelector = f.kubeLabelSelector
 	cfg.KubernetesNamespace = f.kubeNamespace
 	cfg.KubeNode = f.kubeNodeName
+	if f.kubeconfig != "" && f.kubeLabelSelector != "" {
+		kc, ns, err := kubeClientFromFile(f.kubeconfig)
+		if err != nil {
+			return nil, err
+		}
+		cfg.KubeClient = kc
+		if cfg.KubernetesNamespace == "" {
+			cfg.KubernetesNamespace = ns
+		}
+	}
 	cfg.RejoinInterval = f.rejoinInterval
 	cfg.ClusterName = f.clusterName
 	cfg.SecretKey = key
