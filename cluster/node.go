@@ -73,6 +73,7 @@ type Node struct {
 	conflict   Conflict               // the last name conflict memberlist reported
 	ownWeights NodeWeights            // this node's published weights (weights.go)
 	weights    map[string]NodeWeights // other members' published weights
+	gone       map[string]time.Time   // when members with a weight set left
 	subs       map[int]chan struct{}
 	nextSub    int
 	ready      bool
@@ -103,6 +104,7 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Node, err
 		state:       Viewer,
 		peers:       map[string]Peer{},
 		weights:     map[string]NodeWeights{},
+		gone:        map[string]time.Time{},
 		subs:        map[int]chan struct{}{},
 		weightsSend: make(chan struct{}, 1),
 		readyCh:     make(chan struct{}),
@@ -692,6 +694,8 @@ func (n *Node) observe(mn *memberlist.Node, event string) {
 	n.mu.Lock()
 	old, had := n.peers[p.Name]
 	n.peers[p.Name] = p
+	delete(n.gone, p.Name)
+	n.pruneWeightsLocked(time.Now())
 	n.mu.Unlock()
 	if !had || old.State != p.State {
 		n.logger.Debug("peer state", "peer", p.Name, "addr", p.Addr, "state", p.State, "event", event)
@@ -722,7 +726,10 @@ func (n *Node) forget(mn *memberlist.Node) {
 	n.mu.Lock()
 	_, had := n.peers[mn.Name]
 	delete(n.peers, mn.Name)
-	delete(n.weights, mn.Name)
+	// Its weight set stays (Weights lists only alive members): a member
+	// wrongly declared dead and refuted comes back with it, rather than
+	// without weights until the next push/pull. pruneWeights forgets it.
+	n.gone[mn.Name] = time.Now()
 	n.mu.Unlock()
 	if had {
 		n.logger.Debug("peer gone", "peer", mn.Name)

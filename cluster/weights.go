@@ -181,6 +181,21 @@ func (n *Node) Weights() map[string]NodeWeights {
 	return out
 }
 
+// weightsKeep is how long the weight set of a member that left is kept in
+// case it was declared dead wrongly and comes back.
+const weightsKeep = 5 * time.Minute
+
+// pruneWeightsLocked forgets the weight sets of members gone longer than
+// weightsKeep.
+func (n *Node) pruneWeightsLocked(now time.Time) {
+	for name, at := range n.gone {
+		if now.Sub(at) > weightsKeep {
+			delete(n.weights, name)
+			delete(n.gone, name)
+		}
+	}
+}
+
 // current reports whether w is from p's present life: its incarnation
 // (start time, ns) is not older than the start time p's metadata gives (ms).
 func current(w NodeWeights, p Peer) bool {

@@ -165,7 +165,7 @@ func waitBalanced(t *testing.T, nodes []*agent, targets []*target, size map[stri
 // hand-off bound, nothing scraped twice, and no refusal at the receiver.
 //
 // It is skipped unless SHOAL_E2E_BOUNDED=1: the balance holds in every run,
-// but 7 of 11 runs on the shared 2-core machine ended with a
+// but 9 of 13 runs on the shared 2-core machine ended with a
 // hand-off failure during the rolling restart (nodes place different
 // generations for longer than --cluster.handoff-delay, so a gained target
 // starts while its old owner still scrapes it, or a hold waits for a
