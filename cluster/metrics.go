@@ -15,6 +15,11 @@ type metrics struct {
 	badMeta        prometheus.Counter
 	discoveryErrs  *prometheus.CounterVec
 	joins          *prometheus.CounterVec
+	// Per-target weights of load-aware placement (weights.go).
+	weightsPublished  prometheus.Gauge
+	weightsStateBytes prometheus.Gauge
+	weightsSends      *prometheus.CounterVec
+	badWeights        prometheus.Counter
 }
 
 // eventNodeConflict counts, in cluster_node_gossip_received_events_total,
@@ -67,7 +72,25 @@ func newMetrics(reg prometheus.Registerer, clusterName string, lamport, health, 
 			Name: "shoal_cluster_join_attempts_total",
 			Help: "Attempts to join a discovered peer, by result (success, failure).",
 		}, []string{"result"}),
+		weightsPublished: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "shoal_cluster_weights_published",
+			Help: "Per-target weights this node publishes for load-aware placement (--cluster.placement=bounded).",
+		}),
+		weightsStateBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "shoal_cluster_weights_state_bytes",
+			Help: "Size of the per-target weights state this node last sent in a full state exchange (push/pull).",
+		}),
+		weightsSends: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "shoal_cluster_weights_sends_total",
+			Help: "Weight sets this node sent to a peer when its published weights changed, by result (success, failure; a failure is repaired by the next push/pull).",
+		}, []string{"result"}),
+		badWeights: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "shoal_cluster_bad_peer_weights_total",
+			Help: "Per-target weight messages from peers that could not be decoded and were ignored.",
+		}),
 	}
+	m.weightsSends.WithLabelValues("success")
+	m.weightsSends.WithLabelValues("failure")
 	for _, r := range refusalReasons {
 		m.refused.WithLabelValues(r)
 	}
@@ -82,7 +105,8 @@ func newMetrics(reg prometheus.Registerer, clusterName string, lamport, health, 
 	m.joins.WithLabelValues("success")
 	m.joins.WithLabelValues("failure")
 	if reg != nil {
-		reg.MustRegister(m.refused, m.badMeta, m.discoveryErrs, m.joins)
+		reg.MustRegister(m.refused, m.badMeta, m.discoveryErrs, m.joins,
+			m.weightsPublished, m.weightsStateBytes, m.weightsSends, m.badWeights)
 		prometheus.WrapRegistererWith(prometheus.Labels{"cluster_name": clusterName}, reg).MustRegister(
 			m.info, m.peers, m.receivedEvents, m.broadcasts, m.ready, m.minimumSize,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{

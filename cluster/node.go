@@ -71,9 +71,12 @@ type Node struct {
 	started    bool
 	left       bool
 	stopped    bool
-	peers      map[string]Peer       // other alive members, by name
-	conflict   Conflict              // the last name conflict memberlist reported
-	discErrs   discoveryerr.Recorder // has its own lock
+	peers      map[string]Peer        // other alive members, by name
+	conflict   Conflict               // the last name conflict memberlist reported
+	ownWeights NodeWeights            // this node's published weights (weights.go)
+	weights    map[string]NodeWeights // other members' published weights
+	gone       map[string]time.Time   // when members with a weight set left
+	discErrs   discoveryerr.Recorder  // has its own lock
 	subs       map[int]chan struct{}
 	nextSub    int
 	ready      bool
@@ -81,6 +84,8 @@ type Node struct {
 	readyTimer *time.Timer
 	cancel     context.CancelFunc
 	wg         sync.WaitGroup
+	// weightsSend signals sendWeightsLoop that ownWeights changed.
+	weightsSend chan struct{}
 }
 
 // New validates cfg and prepares a Node; nothing is bound until Start. The
@@ -94,16 +99,19 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Node, err
 		logger = slog.New(slog.DiscardHandler)
 	}
 	n := &Node{
-		cfg:        cfg,
-		logger:     logger,
-		listenIP:   listenIP,
-		listenPort: listenPort,
-		startTime:  time.Now(),
-		state:      Viewer,
-		peers:      map[string]Peer{},
-		subs:       map[int]chan struct{}{},
-		readyCh:    make(chan struct{}),
-		stopCh:     make(chan struct{}),
+		cfg:         cfg,
+		logger:      logger,
+		listenIP:    listenIP,
+		listenPort:  listenPort,
+		startTime:   time.Now(),
+		state:       Viewer,
+		peers:       map[string]Peer{},
+		weights:     map[string]NodeWeights{},
+		gone:        map[string]time.Time{},
+		subs:        map[int]chan struct{}{},
+		weightsSend: make(chan struct{}, 1),
+		readyCh:     make(chan struct{}),
+		stopCh:      make(chan struct{}),
 	}
 	n.disc = &discoverer{
 		specs:      specs,
@@ -198,6 +206,11 @@ func (n *Node) Start(ctx context.Context) error {
 	}
 	n.notify()
 
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		n.sendWeightsLoop(loopCtx)
+	}()
 	if n.cfg.RejoinInterval > 0 {
 		n.wg.Add(1)
 		go func() {
@@ -686,6 +699,8 @@ func (n *Node) observe(mn *memberlist.Node, event string) {
 	n.mu.Lock()
 	old, had := n.peers[p.Name]
 	n.peers[p.Name] = p
+	delete(n.gone, p.Name)
+	n.pruneWeightsLocked(time.Now())
 	n.mu.Unlock()
 	if !had || old.State != p.State {
 		n.logger.Debug("peer state", "peer", p.Name, "addr", p.Addr, "state", p.State, "event", event)
@@ -716,6 +731,10 @@ func (n *Node) forget(mn *memberlist.Node) {
 	n.mu.Lock()
 	_, had := n.peers[mn.Name]
 	delete(n.peers, mn.Name)
+	// Its weight set stays (Weights lists only alive members): a member
+	// wrongly declared dead and refuted comes back with it, rather than
+	// without weights until the next push/pull. pruneWeights forgets it.
+	n.gone[mn.Name] = time.Now()
 	n.mu.Unlock()
 	if had {
 		n.logger.Debug("peer gone", "peer", mn.Name)
@@ -755,10 +774,20 @@ func (d *delegate) NodeMeta(limit int) []byte {
 	return b
 }
 
-func (d *delegate) NotifyMsg([]byte)                           {}
+// NotifyMsg receives a peer's weight set (the only user message).
+func (d *delegate) NotifyMsg(b []byte) { (*Node)(d).receiveWeights(b) }
+
 func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
-func (d *delegate) LocalState(join bool) []byte                { return nil }
-func (d *delegate) MergeRemoteState(buf []byte, join bool)     {}
+
+// LocalState and MergeRemoteState exchange the per-target weights of every
+// alive member in the periodic push/pull.
+func (d *delegate) LocalState(join bool) []byte { return (*Node)(d).localWeightsState() }
+
+func (d *delegate) MergeRemoteState(buf []byte, join bool) {
+	if len(buf) > 0 {
+		(*Node)(d).receiveWeights(buf)
+	}
+}
 
 // events receives memberlist's membership events.
 type events Node

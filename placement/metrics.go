@@ -10,7 +10,10 @@ type metrics struct {
 	fencedSeq, ackedSeq, holds prometheus.Gauge
 	holdSeconds                prometheus.Histogram
 	holdTimeouts               prometheus.Counter
-	unregister                 func()
+	// ModeBounded.
+	published, placed, load, limit prometheus.Gauge
+	generations                    prometheus.Counter
+	unregister                     func()
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -36,9 +39,30 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "shoal_handoff_hold_timeouts_total",
 			Help: "Remote-write holds released by --cluster.handoff-timeout rather than by the peers' acknowledgements.",
 		}),
+		published: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "shoal_placement_weights_published",
+			Help: "Per-target weights this node publishes (--cluster.placement=bounded): the targets it scrapes as primary, and lost ones until their new owner publishes them.",
+		}),
+		placed: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "shoal_placement_weights_placed",
+			Help: "Targets with a published weight in the bounded-load placement this node follows (every node's published weights).",
+		}),
+		load: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "shoal_placement_load",
+			Help: "Published weight (samples/s) the bounded-load placement puts on this node.",
+		}),
+		limit: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "shoal_placement_load_limit",
+			Help: "Load every node is held to by the bounded-load placement: 1.10 × replication factor × the mean.",
+		}),
+		generations: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "shoal_placement_generations_total",
+			Help: "Bounded-load placements built because the participants or the published weights changed; each is a hand-off generation.",
+		}),
 		unregister: func() {},
 	}
-	cs := []prometheus.Collector{m.fencedSeq, m.ackedSeq, m.holds, m.holdSeconds, m.holdTimeouts}
+	cs := []prometheus.Collector{m.fencedSeq, m.ackedSeq, m.holds, m.holdSeconds, m.holdTimeouts,
+		m.published, m.placed, m.load, m.limit, m.generations}
 	if reg != nil {
 		for i, c := range cs {
 			if err := reg.Register(c); err != nil {
@@ -55,4 +79,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}
 	}
 	return m, nil
+}
+
+func (m *metrics) setPlaced(b *bounded, self string, placed int) {
+	m.generations.Inc()
+	m.placed.Set(float64(placed))
+	m.load.Set(b.Load(self))
+	m.limit.Set(b.Limit())
 }

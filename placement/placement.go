@@ -1,6 +1,15 @@
 // Package placement turns cluster membership into target ownership and
 // orders the hand-off of targets between nodes.
 //
+// Two placement modes (Options.Placement): ModeRing, the plain
+// consistent-hash ring, and ModeBounded, bounded-load consistent hashing
+// over the per-target weights every node publishes through the cluster
+// (weights.go): each node measures the targets it scrapes as primary,
+// publishes their smoothed samples/s, and places the union of everyone's
+// weights so that no node carries more than 1.10 times the mean. Both give
+// the filter a scrape.Placement; a change of either (membership, or a
+// weight) is a new generation, fenced and released as a whole.
+//
 // The Coordinator follows the membership (a viewer becomes a participant
 // once the cluster is ready; a terminating node leaves the ring), builds the
 // ring in one place (buildRing) and hands it to the ownership filter. It
@@ -32,7 +41,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -63,13 +74,17 @@ type Cluster interface {
 	Subscribe() (<-chan struct{}, func())
 	SetState(cluster.State) error
 	SetWatermarks(cluster.Watermarks)
+	// SetWeights publishes this node's per-target weights and Weights
+	// returns every alive node's last published set (ModeBounded only).
+	SetWeights(map[uint64]float64)
+	Weights() map[string]cluster.NodeWeights
 	Ready() bool
 	WaitReady(ctx context.Context) error
 }
 
 // Filter is the ownership filter (*scrape.Filter).
 type Filter interface {
-	SetRing(r *ring.Ring, self string, replicationFactor int, participant bool)
+	SetRing(r scrape.Placement, self string, replicationFactor int, participant bool)
 	// SetKubeNodes gives the participants' Kubernetes node names, for
 	// node-local targets; it is called before SetRing when they change.
 	SetKubeNodes(byPeer map[string]string)
@@ -105,6 +120,14 @@ type Options struct {
 	// TerminateGrace bounds how long Terminate waits for this node's last
 	// samples to be acknowledged before shutdown goes on.
 	TerminateGrace time.Duration
+	// Placement is ModeRing or ModeBounded; "" means ModeRing.
+	Placement string
+	// WeightPolicy turns measurements into published weights (ModeBounded);
+	// zero fields take ring.DefaultWeightPolicy's.
+	WeightPolicy ring.WeightPolicy
+	// WeightPeriod is how often weights are published (ModeBounded); 0
+	// means DefaultWeightPeriod.
+	WeightPeriod time.Duration
 }
 
 func (o Options) withDefaults() Options {
@@ -116,6 +139,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.TerminateGrace <= 0 {
 		o.TerminateGrace = DefaultTerminateGrace
+	}
+	if o.Placement == "" {
+		o.Placement = ModeRing
+	}
+	if o.WeightPeriod <= 0 {
+		o.WeightPeriod = DefaultWeightPeriod
 	}
 	return o
 }
@@ -132,11 +161,13 @@ type Coordinator struct {
 	metrics *metrics
 	kick    chan struct{}
 	now     func() time.Time
+	weigher *weigher // nil in ModeRing
 
 	mu          sync.Mutex
 	filter      Filter
-	ring        *ring.Ring
-	ringKey     string // participants and self state of ring, to skip no-op updates
+	ring        scrape.Placement
+	ringKey     string // participants, self state and weights of ring, to skip no-op updates
+	publishDue  bool   // ModeBounded: apply the WeightPolicy at the next update
 	terminating bool
 	fencedAny   bool // Fence was called since the last Fenced
 	fencedSeq   uint64
@@ -177,12 +208,16 @@ func New(opts Options, cl Cluster, fence Fencer, w WAL, remote Remote, logger *s
 	if cl == nil || fence == nil || w == nil || remote == nil {
 		return nil, errors.New("placement: cluster, fence, WAL and remote write are required")
 	}
+	opts = opts.withDefaults()
+	if !slices.Contains(Modes, opts.Placement) {
+		return nil, fmt.Errorf("placement: unknown placement mode %q (want one of %v)", opts.Placement, Modes)
+	}
 	m, err := newMetrics(reg)
 	if err != nil {
 		return nil, err
 	}
-	return &Coordinator{
-		opts:    opts.withDefaults(),
+	c := &Coordinator{
+		opts:    opts,
 		cl:      cl,
 		fence:   fence,
 		wal:     w,
@@ -192,7 +227,11 @@ func New(opts Options, cl Cluster, fence Fencer, w WAL, remote Remote, logger *s
 		kick:    make(chan struct{}, 1),
 		now:     time.Now,
 		ackedCh: make(chan struct{}),
-	}, nil
+	}
+	if opts.Placement == ModeBounded {
+		c.weigher = newWeigher(opts.WeightPolicy, opts.WeightPeriod, func() time.Time { return c.now() })
+	}
+	return c, nil
 }
 
 // Close unregisters the metrics.
@@ -208,8 +247,17 @@ func (c *Coordinator) SetFilter(f Filter) {
 	c.wake()
 }
 
-// Ring returns the ring last handed to the filter (nil before the first).
+// Ring returns the hash ring under the placement last handed to the filter
+// (nil before the first).
 func (c *Coordinator) Ring() *ring.Ring {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return ringOf(c.ring)
+}
+
+// Placement returns the placement last handed to the filter (nil before
+// the first).
+func (c *Coordinator) Placement() scrape.Placement {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.ring
@@ -222,9 +270,21 @@ func (c *Coordinator) wake() {
 	}
 }
 
-// RingID identifies a ring by its participant set, the same on every node
-// that sees the same participants. It is never zero ("not fenced yet").
-func RingID(r *ring.Ring) uint64 {
+// RingID identifies a placement generation: a ring by its participant set,
+// a bounded-load placement by its participants and the weights it placed.
+// It is the same on every node that sees the same state, and never zero
+// ("not fenced yet").
+func RingID(r scrape.Placement) uint64 {
+	if g, ok := r.(interface{ generation() uint64 }); ok {
+		return g.generation()
+	}
+	return ringID(r)
+}
+
+func ringID(r scrape.Placement) uint64 {
+	if r == nil {
+		r = (*ring.Ring)(nil)
+	}
 	var d xxhash.Digest
 	d.Reset()
 	_, _ = d.WriteString("shoal-ring\xff")
@@ -239,8 +299,7 @@ func RingID(r *ring.Ring) uint64 {
 }
 
 // buildRing is the one place where membership becomes a ring: every
-// participant, with the configured tokens. (A load-aware placement mode
-// plugs in here.)
+// participant, with the configured tokens.
 func buildRing(peers []cluster.Peer, tokens int) *ring.Ring {
 	var participants []string
 	for _, p := range peers {
@@ -249,6 +308,18 @@ func buildRing(peers []cluster.Peer, tokens int) *ring.Ring {
 		}
 	}
 	return ring.New(participants, tokens)
+}
+
+// buildBounded places the published weights u on the participants' ring
+// with bounded loads. Its generation covers the participants and the
+// weights, so a weight change alone is a new generation to hand off.
+func buildBounded(peers []cluster.Peer, tokens, rf int, u map[uint64]float64, digest uint64) *bounded {
+	r := buildRing(peers, tokens)
+	id := ringID(r) ^ (digest * 0x9e3779b97f4a7c15)
+	if id == 0 {
+		id = 1
+	}
+	return &bounded{Bounded: ring.NewBounded(r, loads(u), 0, rf), id: id}
 }
 
 // Run follows membership until ctx is done: it promotes this node from
@@ -265,6 +336,22 @@ func (c *Coordinator) Run(ctx context.Context) {
 	}()
 	defer func() { <-readyc }()
 	waiting := (<-chan struct{})(readyc)
+	// Publications fall on multiples of the period on the wall clock, so
+	// that nodes started together publish together: one new placement
+	// rather than one per node, each moving targets.
+	var (
+		publish  *time.Timer
+		publishC <-chan time.Time
+	)
+	nextPublish := func() time.Duration {
+		now := c.now()
+		return now.Truncate(c.opts.WeightPeriod).Add(c.opts.WeightPeriod).Sub(now)
+	}
+	if c.weigher != nil {
+		publish = time.NewTimer(nextPublish())
+		defer publish.Stop()
+		publishC = publish.C
+	}
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {
@@ -298,6 +385,11 @@ func (c *Coordinator) Run(ctx context.Context) {
 		case <-timerC:
 		case <-waiting:
 			waiting = nil
+		case <-publishC:
+			c.mu.Lock()
+			c.publishDue = true
+			c.mu.Unlock()
+			publish.Reset(nextPublish())
 		}
 		if timer != nil {
 			timer.Stop()
@@ -311,10 +403,23 @@ func (c *Coordinator) isTerminating() bool {
 	return c.terminating
 }
 
-// updateRing hands the filter a new ring when the participants or this
-// node's state changed, and lets it re-check held-back targets otherwise
-// (a peer's watermarks may have moved).
+// updateRing hands the filter a new placement when the participants, this
+// node's state or (ModeBounded) the published weights changed, and lets it
+// re-check held-back targets otherwise (a peer's watermarks may have
+// moved). With ModeBounded it then publishes this node's weights: adopting
+// those of targets it has just become primary of at once, applying the
+// WeightPolicy once per WeightPeriod.
 func (c *Coordinator) updateRing() {
+	for range 3 {
+		if !c.updateOnce() {
+			return
+		}
+	}
+}
+
+// updateOnce is one step of updateRing; it reports whether this node's
+// published weights changed, which changes the placed set again.
+func (c *Coordinator) updateOnce() bool {
 	peers := c.cl.Peers()
 	self := c.cl.Self()
 	participant := self.State == cluster.Participant && c.cl.Ready()
@@ -328,22 +433,95 @@ func (c *Coordinator) updateRing() {
 			}
 		}
 	}
+	var (
+		sets   map[string]cluster.NodeWeights
+		u      map[uint64]float64
+		digest uint64
+	)
+	if c.weigher != nil {
+		sets = c.cl.Weights()
+		u, digest = c.weigher.union(sets)
+		key += fmt.Sprintf("\xff%016x", digest)
+	}
 	c.mu.Lock()
 	f := c.filter
 	if f == nil {
 		c.mu.Unlock()
-		return
+		return false
 	}
+	full := c.publishDue
+	c.publishDue = false
 	if key == c.ringKey {
+		r := c.ring
 		c.mu.Unlock()
 		f.Recheck()
-		return
+		return c.publishWeights(r, u, sets, full)
 	}
-	r := buildRing(peers, c.opts.Tokens)
+	var r scrape.Placement
+	if c.weigher != nil {
+		b := buildBounded(peers, c.opts.Tokens, c.opts.ReplicationFactor, u, digest)
+		c.metrics.setPlaced(b, c.opts.NodeName, len(u))
+		c.logger.Debug("New bounded-load placement", "generation", fmt.Sprintf("%016x", b.id), "placed", len(u), "weights", fmt.Sprintf("%016x", digest), "participants", b.Nodes(), "sets", setsSummary(sets))
+		r = b
+	} else {
+		r = buildRing(peers, c.opts.Tokens)
+	}
 	c.ring, c.ringKey = r, key
 	c.mu.Unlock()
 	f.SetKubeNodes(kube)
 	f.SetRing(r, c.opts.NodeName, c.opts.ReplicationFactor, participant)
+	return c.publishWeights(r, u, sets, full)
+}
+
+// publishWeights publishes this node's weights under placement r, built
+// from the union u of sets; it reports whether they changed.
+func (c *Coordinator) publishWeights(r scrape.Placement, u map[uint64]float64, sets map[string]cluster.NodeWeights, full bool) bool {
+	if c.weigher == nil || r == nil {
+		return false
+	}
+	mine := c.weigher.publish(r, c.opts.NodeName, u, publishedByOthers(sets, c.opts.NodeName), full)
+	// The first publication goes out even empty: it replaces what peers
+	// still hold from this node's previous life.
+	if old, ok := sets[c.opts.NodeName]; ok && maps.Equal(old.Weights, mine) {
+		return false
+	}
+	c.cl.SetWeights(mine)
+	c.metrics.published.Set(float64(len(mine)))
+	return true
+}
+
+// Measured implements scrape.Meter: ModeBounded weighs the targets this
+// node scrapes by what their scrapes append.
+func (c *Coordinator) Measured(u scrape.Unit, samples int, interval time.Duration) {
+	if c.weigher != nil {
+		c.weigher.measured(u, samples, interval)
+	}
+}
+
+// NodeLoad is what the placement in force puts on one node.
+type NodeLoad struct {
+	// Load is the sum of the published weights (samples/s) placed on the
+	// node; Limit is what every node is held to (1.10 × the mean). Both
+	// are zero in ModeRing.
+	Load, Limit float64
+}
+
+// Loads returns the placement mode and, with ModeBounded, each
+// participant's placed load; MeasuredRate is this node's own measured
+// samples/s of the targets it scrapes as primary.
+func (c *Coordinator) Loads() (mode string, loads map[string]NodeLoad, measuredRate float64) {
+	c.mu.Lock()
+	r := c.ring
+	c.mu.Unlock()
+	b, ok := r.(*bounded)
+	if !ok || b == nil {
+		return c.opts.Placement, nil, 0
+	}
+	loads = map[string]NodeLoad{}
+	for _, n := range b.Nodes() {
+		loads[n] = NodeLoad{Load: b.Load(n), Limit: b.Limit()}
+	}
+	return c.opts.Placement, loads, c.weigher.selfRate()
 }
 
 // Terminate takes this node off the ring and waits, for at most the
@@ -394,7 +572,7 @@ func (c *Coordinator) Fence(ctx context.Context, units []scrape.Unit) error {
 // what the "fenced ring" watermark carries: a reload that changes a target's
 // URL moves its key without changing the ring, and the gaining node must
 // know that the peers have applied the same configuration and fenced.
-func ViewID(r *ring.Ring, config uint64) uint64 {
+func ViewID(r scrape.Placement, config uint64) uint64 {
 	id := RingID(r)
 	if config == 0 {
 		return id
@@ -413,7 +591,7 @@ func ViewID(r *ring.Ring, config uint64) uint64 {
 
 // Fenced implements scrape.Handoff: it numbers the fence, asks the queues to
 // send everything before it now, and gossips it.
-func (c *Coordinator) Fenced(r *ring.Ring, config uint64, participant bool) {
+func (c *Coordinator) Fenced(r scrape.Placement, config uint64, participant bool) {
 	if r == nil {
 		return // clustering disabled
 	}
@@ -451,7 +629,7 @@ func (c *Coordinator) watermarksLocked() cluster.Watermarks {
 // Released implements scrape.Handoff: every live peer that may scrape has
 // fenced r under the same scrape configuration. Dead or left nodes are not
 // waited for.
-func (c *Coordinator) Released(r *ring.Ring, config uint64) bool {
+func (c *Coordinator) Released(r scrape.Placement, config uint64) bool {
 	id, old := ViewID(r, config), RingID(r)
 	for _, p := range c.peersToWaitFor() {
 		if !fencedView(p, id, old) {
@@ -492,7 +670,7 @@ func (c *Coordinator) peersToWaitFor() []cluster.Peer {
 // Activate implements scrape.Handoff: the units, gained under r and config,
 // may append again, and the queues hold everything written from now on until
 // the peers' samples from before their fences of that view are acknowledged.
-func (c *Coordinator) Activate(r *ring.Ring, config uint64, units []scrape.Unit) {
+func (c *Coordinator) Activate(r scrape.Placement, config uint64, units []scrape.Unit) {
 	c.fence.Unfence(units)
 	pos, err := c.wal.EndPosition()
 	if err != nil {
@@ -631,4 +809,14 @@ func (h *hold) waitingFor(alive map[string]cluster.Peer) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// setsSummary describes published sets for a debug log: name, version and
+// size of each.
+func setsSummary(sets map[string]cluster.NodeWeights) string {
+	var parts []string
+	for _, n := range slices.Sorted(maps.Keys(sets)) {
+		parts = append(parts, fmt.Sprintf("%s@%d:%d", n, sets[n].Version, len(sets[n].Weights)))
+	}
+	return strings.Join(parts, " ")
 }

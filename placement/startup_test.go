@@ -32,10 +32,10 @@ func TestReleasedWaitsForViewerWithoutFence(t *testing.T) {
 type fencingFilter struct {
 	c    *Coordinator
 	mu   sync.Mutex
-	ring *ring.Ring
+	ring scrape.Placement
 }
 
-func (f *fencingFilter) SetRing(r *ring.Ring, _ string, _ int, participant bool) {
+func (f *fencingFilter) SetRing(r scrape.Placement, _ string, _ int, participant bool) {
 	f.mu.Lock()
 	f.ring = r
 	f.mu.Unlock()
@@ -46,7 +46,7 @@ func (f *fencingFilter) Recheck() {}
 
 func (f *fencingFilter) SetKubeNodes(map[string]string) {}
 
-func (f *fencingFilter) last() *ring.Ring {
+func (f *fencingFilter) last() scrape.Placement {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.ring

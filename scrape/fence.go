@@ -6,8 +6,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/histogram"
 	"github.com/prometheus/prometheus/model/labels"
 	promscrape "github.com/prometheus/prometheus/scrape"
@@ -56,7 +59,8 @@ func ParseUnit(s string) (Unit, error) {
 // Options.PassMetadataInContext, which is what puts the target into the
 // appender's context.
 type Fence struct {
-	next storage.AppendableV2
+	next  storage.AppendableV2
+	meter atomic.Pointer[Meter]
 
 	mu       sync.Mutex
 	fenced   map[Unit]struct{}
@@ -102,6 +106,27 @@ func NewFence(next storage.AppendableV2, reg prometheus.Registerer) (*Fence, err
 // Close unregisters the metrics.
 func (f *Fence) Close() { f.unregisterFn() }
 
+// Meter is told what every scrape of a unit appended: load-aware placement
+// weighs targets by it. Measured runs inside the scrape's commit, so it
+// must be quick and must not block.
+type Meter interface {
+	// Measured reports a committed scrape of u that appended samples
+	// (series samples and report samples alike) at the target's scrape
+	// interval.
+	Measured(u Unit, samples int, interval time.Duration)
+}
+
+// SetMeter has every later commit of a unit's scrape reported to m (nil:
+// none). Where the samples are counted is where they are written, so the
+// weight is what this node really appends.
+func (f *Fence) SetMeter(m Meter) {
+	if m == nil {
+		f.meter.Store(nil)
+		return
+	}
+	f.meter.Store(&m)
+}
+
 // AppenderV2 implements storage.AppendableV2.
 func (f *Fence) AppenderV2(ctx context.Context) storage.AppenderV2 {
 	u, ok := unitOf(ctx)
@@ -117,7 +142,24 @@ func (f *Fence) AppenderV2(ctx context.Context) storage.AppenderV2 {
 		return &fencedAppender{refused: f.refused}
 	}
 	f.inflight[u]++
-	return &trackedAppender{AppenderV2: f.next.AppenderV2(ctx), f: f, u: u}
+	a := &trackedAppender{AppenderV2: f.next.AppenderV2(ctx), f: f, u: u}
+	if m := f.meter.Load(); m != nil {
+		a.meter, a.interval = *m, intervalOf(ctx)
+	}
+	return a
+}
+
+// intervalOf is the scrape interval of the target in ctx (0 if unknown).
+func intervalOf(ctx context.Context) time.Duration {
+	t, ok := promscrape.TargetFromContext(ctx)
+	if !ok || t == nil {
+		return 0
+	}
+	d, err := model.ParseDuration(t.GetValue(model.ScrapeIntervalLabel))
+	if err != nil {
+		return 0
+	}
+	return time.Duration(d)
 }
 
 func unitOf(ctx context.Context) (Unit, bool) {
@@ -193,17 +235,31 @@ func (f *Fence) done(u Unit) {
 	f.mu.Unlock()
 }
 
-// trackedAppender counts as in flight until Commit or Rollback.
+// trackedAppender counts as in flight until Commit or Rollback, and counts
+// its samples for the meter.
 type trackedAppender struct {
 	storage.AppenderV2
-	f    *Fence
-	u    Unit
-	once sync.Once
+	f        *Fence
+	u        Unit
+	once     sync.Once
+	meter    Meter // nil: not measured
+	interval time.Duration
+	n        int
+}
+
+func (a *trackedAppender) Append(ref storage.SeriesRef, ls labels.Labels, st, t int64, v float64, h *histogram.Histogram, fh *histogram.FloatHistogram, opts storage.AppendV2Options) (storage.SeriesRef, error) {
+	a.n++
+	return a.AppenderV2.Append(ref, ls, st, t, v, h, fh, opts)
 }
 
 func (a *trackedAppender) Commit() error {
 	defer a.once.Do(func() { a.f.done(a.u) })
-	return a.AppenderV2.Commit()
+	err := a.AppenderV2.Commit()
+	if err == nil && a.meter != nil && a.n > 0 {
+		a.meter.Measured(a.u, a.n, a.interval)
+	}
+	a.n = 0
+	return err
 }
 
 func (a *trackedAppender) Rollback() error {

@@ -139,3 +139,58 @@ type nopAppendable struct{}
 func (nopAppendable) AppenderV2(context.Context) storage.AppenderV2 {
 	return &fencedAppender{refused: prometheus.NewCounter(prometheus.CounterOpts{Name: "x"})}
 }
+
+type recordingMeter struct {
+	units    []Unit
+	samples  []int
+	interval []time.Duration
+}
+
+func (m *recordingMeter) Measured(u Unit, samples int, interval time.Duration) {
+	m.units = append(m.units, u)
+	m.samples = append(m.samples, samples)
+	m.interval = append(m.interval, interval)
+}
+
+// The meter hears what each committed scrape appended, at the target's
+// interval; a rolled-back scrape and a fenced unit's appends are not load.
+func TestFenceMeterCountsCommittedSamples(t *testing.T) {
+	w, err := wal.Open(t.TempDir(), wal.DefaultOptions(), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	f, err := NewFence(w, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &recordingMeter{}
+	f.SetMeter(m)
+	u := Unit{Key: 7}
+	tg := promscrape.NewTarget(labels.FromStrings("__address__", "a:1", "job", "j", UnitLabel, u.String(), "__scrape_interval__", "15s"), &config.ScrapeConfig{JobName: "j"}, nil, nil)
+	ctx := promscrape.ContextWithTarget(context.Background(), tg)
+
+	app := f.AppenderV2(ctx)
+	for _, name := range []string{"a", "b", "c"} {
+		appendOne(t, app, name)
+	}
+	if err := app.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	app = f.AppenderV2(ctx)
+	appendOne(t, app, "d")
+	if err := app.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Fence(context.Background(), []Unit{u}); err != nil {
+		t.Fatal(err)
+	}
+	app = f.AppenderV2(ctx)
+	appendOne(t, app, "e")
+	if err := app.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if len(m.units) != 1 || m.units[0] != u || m.samples[0] != 3 || m.interval[0] != 15*time.Second {
+		t.Fatalf("meter heard units %v samples %v intervals %v, want one commit of 3 samples at 15s", m.units, m.samples, m.interval)
+	}
+}

@@ -21,8 +21,6 @@ import (
 	"github.com/prometheus/prometheus/discovery/targetgroup"
 	"github.com/prometheus/prometheus/model/labels"
 	promscrape "github.com/prometheus/prometheus/scrape"
-
-	"github.com/shoal-dev/shoal/ring"
 )
 
 // Defaults for FilterOptions.
@@ -98,8 +96,32 @@ type ScrapeManager interface {
 	TargetsActive() map[string][]*promscrape.Target
 }
 
+// Placement tells the owners of a target key: *ring.Ring (plain consistent
+// hashing) or the placement package's load-aware placement. Two values that
+// compare equal must place every key alike.
+type Placement interface {
+	// Owners appends to buf[:0] the first n owners of key, primary first.
+	Owners(key uint64, n int, buf []string) []string
+	// Len is the number of nodes placed on.
+	Len() int
+	// Nodes are the nodes placed on, sorted.
+	Nodes() []string
+}
+
+// isNil reports whether p is nil or a nil pointer in an interface (a nil
+// *ring.Ring means clustering is disabled, as a nil Placement does).
+func isNil(p Placement) bool {
+	if p == nil {
+		return true
+	}
+	v := reflect.ValueOf(p)
+	return v.Kind() == reflect.Pointer && v.IsNil()
+}
+
 // Handoff is what the Filter needs to hand targets over in order. The
-// placement package implements it.
+// placement package implements it. Every change of the Placement (a
+// membership change, or with load-aware placement a weight change) is a new
+// generation that is fenced and released as a whole.
 type Handoff interface {
 	// Fence makes sure this node appends nothing more of units; it returns
 	// once appends already under way are done.
@@ -107,17 +129,17 @@ type Handoff interface {
 	// Fenced is called after every re-filter: every unit this node does not
 	// own under r and the scrape configuration config (ConfigID; with
 	// participant as given) is fenced now.
-	Fenced(r *ring.Ring, config uint64, participant bool)
+	Fenced(r Placement, config uint64, participant bool)
 	// Released reports whether every peer that may still scrape a target
 	// gained under r and config has fenced them, so that this node may
 	// start. A reload that changes a target's URL moves its key: the peers
 	// must have applied the same configuration too.
-	Released(r *ring.Ring, config uint64) bool
+	Released(r Placement, config uint64) bool
 	// Activate is called with the units about to be passed on to the scrape
 	// manager for the first time (gained, or gained back) under r and
 	// config: they must be un-fenced, and their first samples ordered after
 	// the previous owners'. It is called before Fenced of the same re-filter.
-	Activate(r *ring.Ring, config uint64, units []Unit)
+	Activate(r Placement, config uint64, units []Unit)
 }
 
 // TargetInfo describes one discovered target and its ownership, for the
@@ -191,7 +213,7 @@ type waitEntry struct {
 }
 
 type ringState struct {
-	ring        *ring.Ring
+	ring        Placement
 	self        string
 	rf          int
 	participant bool
@@ -316,15 +338,18 @@ func (f *Filter) ApplyConfig(cfg *config.Config) error {
 	return nil
 }
 
-// SetRing sets the ring and this node's place in it. When participant is
+// SetRing sets the placement (a ring) and this node's place in it. When participant is
 // false (a viewer that is not ready yet, or a node that is terminating) the
 // node owns nothing at all. Otherwise a nil ring means clustering is disabled
 // and the node owns every target, and a non-nil ring gives it the targets
 // whose first replicationFactor owners include self. Calls are coalesced:
 // Run re-filters once per FilterOptions.RingCoalesce with the latest values.
-func (f *Filter) SetRing(r *ring.Ring, self string, replicationFactor int, participant bool) {
+func (f *Filter) SetRing(r Placement, self string, replicationFactor int, participant bool) {
 	if replicationFactor < 1 {
 		replicationFactor = 1
+	}
+	if isNil(r) {
+		r = nil
 	}
 	f.mu.Lock()
 	f.latest = ringState{ring: r, self: self, rf: replicationFactor, participant: participant, kube: f.latest.kube}
@@ -736,7 +761,7 @@ func (f *Filter) refilter(now time.Time) (out map[string][]*targetgroup.Group, c
 	if movedIn > 0 || len(handoff) > 0 {
 		f.logger.Info("Ring change moved targets",
 			"moved_in", movedIn, "moved_out", len(handoff), "waiting_for_handoff", len(waiting),
-			"owned", len(owned), "discovered", len(known), "ring_nodes", cur.ring.Len(),
+			"owned", len(owned), "discovered", len(known), "ring_nodes", ringLen(cur.ring),
 			"participant", cur.participant)
 	} else if len(waiting) > 0 && ringChanged {
 		f.logger.Info("Ring change: holding gained targets back for hand-off",
@@ -748,7 +773,7 @@ func (f *Filter) refilter(now time.Time) (out map[string][]*targetgroup.Group, c
 // handoffWork is what a re-filter leaves for Run to do with Handoff.
 type handoffWork struct {
 	lost, activated []Unit
-	ring            *ring.Ring
+	ring            Placement
 	config          uint64
 	participant     bool
 }

@@ -31,19 +31,19 @@ func (h *recordingHandoff) Fence(_ context.Context, units []Unit) error {
 	return nil
 }
 
-func (h *recordingHandoff) Fenced(*ring.Ring, uint64, bool) {
+func (h *recordingHandoff) Fenced(Placement, uint64, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.calls = append(h.calls, "fenced")
 }
 
-func (h *recordingHandoff) Released(*ring.Ring, uint64) bool {
+func (h *recordingHandoff) Released(Placement, uint64) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.released
 }
 
-func (h *recordingHandoff) Activate(_ *ring.Ring, _ uint64, units []Unit) {
+func (h *recordingHandoff) Activate(_ Placement, _ uint64, units []Unit) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.calls = append(h.calls, "activate")

@@ -5,6 +5,8 @@ import (
 	"log/slog"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/shoal-dev/shoal/ring"
 )
 
 type metrics struct {
@@ -71,15 +73,35 @@ func newMetrics(reg prometheus.Registerer, logger *slog.Logger) *metrics {
 }
 
 func (m *metrics) setRing(s ringState) {
-	m.ringTokens.Set(float64(s.ring.Tokens()))
+	r := ringOf(s.ring)
+	m.ringTokens.Set(float64(r.Tokens()))
 	switch {
 	case !s.participant:
 		m.ownership.Set(0)
 	case s.ring == nil:
 		m.ownership.Set(1)
 	default:
-		m.ownership.Set(s.ring.ReplicaShare(s.self, s.rf))
+		m.ownership.Set(r.ReplicaShare(s.self, s.rf))
 	}
+}
+
+// ringOf is the hash ring under p: p itself, or the ring a load-aware
+// placement places on (its Ring method); nil when there is none.
+func ringOf(p Placement) *ring.Ring {
+	switch v := p.(type) {
+	case *ring.Ring:
+		return v
+	case interface{ Ring() *ring.Ring }:
+		return v.Ring()
+	}
+	return nil
+}
+
+func ringLen(p Placement) int {
+	if p == nil {
+		return 0
+	}
+	return p.Len()
 }
 
 func (m *metrics) forgetJob(job string) {

@@ -125,7 +125,7 @@ type configHandoff struct {
 	released uint64
 }
 
-func (h *configHandoff) Released(_ *ring.Ring, config uint64) bool {
+func (h *configHandoff) Released(_ Placement, config uint64) bool {
 	h.cfgMu.Lock()
 	defer h.cfgMu.Unlock()
 	return config == h.released

@@ -17,6 +17,20 @@ import (
 	"github.com/shoal-dev/shoal/discoveryerr"
 )
 
+// PlacementInfo is the placement in force (--cluster.placement) as this
+// node computes it.
+type PlacementInfo struct {
+	Mode string
+	// Loads is the published weight (samples/s) placed on each node, and
+	// Limit what every node is held to, with bounded-load placement; nil
+	// and 0 with the plain ring.
+	Loads map[string]float64
+	Limit float64
+	// WeighedRate is this node's own measured samples/s of the targets it
+	// scrapes as primary: what its published weights are made of.
+	WeighedRate float64
+}
+
 // NodeStatus is the answer of /api/v1/status/node: what this node is and
 // the load it carries. Peers fetch it from each other for the cluster views.
 type NodeStatus struct {
@@ -30,6 +44,9 @@ type NodeStatus struct {
 	ScrapedTargets int `json:"scrapedTargets"`
 	// DiscoveryErrors are the discovery methods failing now, if any.
 	DiscoveryErrors []discoveryerr.Error `json:"discoveryErrors,omitempty"`
+	// WeighedSamplesPerSecond is, with bounded-load placement, this node's
+	// measured samples/s of the targets it scrapes as primary.
+	WeighedSamplesPerSecond float64 `json:"weighedSamplesPerSecond,omitempty"`
 	load
 }
 
@@ -47,6 +64,9 @@ func (h *Handler) nodeStatus() NodeStatus {
 	}
 	if h.opts.DiscoveryErrors != nil {
 		st.DiscoveryErrors = h.opts.DiscoveryErrors()
+	}
+	if h.opts.Placement != nil {
+		st.WeighedSamplesPerSecond = h.opts.Placement().WeighedRate
 	}
 	if h.opts.Cluster != nil {
 		self := h.opts.Cluster.Self()
@@ -71,6 +91,16 @@ type PeerStatus struct {
 	OwnedTargets int       `json:"ownedTargets"`
 	RingShare    float64   `json:"ringShare"`
 	StartTime    time.Time `json:"startTime,omitzero"`
+	// Placement is --cluster.placement as this node runs it; with
+	// "bounded", PlacementLoad is the published weight (samples/s) the
+	// placement puts on the peer and PlacementLimit what every node is held
+	// to (1.10 × the mean).
+	Placement      string  `json:"placement,omitempty"`
+	PlacementLoad  float64 `json:"placementLoad,omitempty"`
+	PlacementLimit float64 `json:"placementLimit,omitempty"`
+	// WeighedSamplesPerSecond is the peer's measured samples/s of the
+	// targets it scrapes as primary (bounded placement; from the peer).
+	WeighedSamplesPerSecond float64 `json:"weighedSamplesPerSecond,omitempty"`
 
 	Series           int64       `json:"series"`
 	SamplesPerSecond float64     `json:"samplesPerSecond"`
@@ -127,6 +157,7 @@ func (h *Handler) peers(ctx context.Context) PeersData {
 		p.Series, p.SamplesPerSecond, p.WALBytes = st.Series, st.SamplesPerSecond, st.WALBytes
 		p.ScrapedTargets, p.RemoteWrite = st.ScrapedTargets, st.RemoteWrite
 		p.Ready, p.NotReadyReason, p.Version = st.Ready, st.NotReadyReason, st.Version
+		p.WeighedSamplesPerSecond = st.WeighedSamplesPerSecond
 	}
 	if h.opts.Cluster == nil {
 		// Clustering disabled: this node is the whole cluster and owns everything it keeps.
@@ -155,6 +186,10 @@ func (h *Handler) peers(ctx context.Context) PeersData {
 		failed[e.Name] = e.Error
 	}
 	r := h.opts.Ring()
+	var pl PlacementInfo
+	if h.opts.Placement != nil {
+		pl = h.opts.Placement()
+	}
 	res := PeersData{Self: h.opts.Cluster.Self().Name, Peers: []PeerStatus{}, PeerErrors: errs}
 	for _, p := range h.opts.Cluster.Peers() {
 		ps := PeerStatus{
@@ -168,6 +203,10 @@ func (h *Handler) peers(ctx context.Context) PeersData {
 			StartTime:    p.StartTime,
 			LastHeard:    h.lastHeardFrom(p.Name),
 			Error:        failed[p.Name],
+			Placement:    pl.Mode,
+		}
+		if pl.Loads != nil {
+			ps.PlacementLoad, ps.PlacementLimit = pl.Loads[p.Name], pl.Limit
 		}
 		switch {
 		case p.Self:

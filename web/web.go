@@ -57,6 +57,9 @@ type Options struct {
 	Cluster Membership
 	// Ring returns the ring in force, or nil when clustering is disabled.
 	Ring func() *ring.Ring
+	// Placement describes the load-aware placement in force; nil (or a
+	// zero answer) with plain ring placement.
+	Placement func() PlacementInfo
 	// Ready reports whether the node serves traffic (config loaded, WAL replayed,
 	// joined, wait-for-size met) and, if not, why.
 	Ready func() (bool, string)

@@ -303,3 +303,35 @@ func TestReadyAndReload(t *testing.T) {
 	check("GET", "/metrics", 200, "go_goroutines")
 	check("GET", "/debug/pprof/heap?debug=1", 200, "heap profile")
 }
+
+// With bounded placement each peer entry carries the load the placement
+// puts on it and the limit; the plain ring adds nothing.
+func TestPeersShowPlacementLoad(t *testing.T) {
+	peers := []cluster.Peer{
+		{Name: "a", Addr: "127.0.0.1:7946", State: cluster.Participant, Self: true},
+		{Name: "b", Addr: "127.0.0.2:7946", State: cluster.Participant},
+	}
+	r := ring.New([]string{"a", "b"}, 512)
+	info := PlacementInfo{Mode: "bounded", Loads: map[string]float64{"a": 120, "b": 80}, Limit: 110, WeighedRate: 118}
+	h := New(Options{
+		Cluster:   &members{self: "a", peers: peers},
+		Ring:      func() *ring.Ring { return r },
+		Placement: func() PlacementInfo { return info },
+	}, promslog.NewNopLogger())
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	var resp struct {
+		Data PeersData `json:"data"`
+	}
+	getJSON(t, srv.URL+"/api/v1/cluster/peers", &resp)
+	got := map[string]PeerStatus{}
+	for _, p := range resp.Data.Peers {
+		got[p.Name] = p
+	}
+	if a := got["a"]; a.Placement != "bounded" || a.PlacementLoad != 120 || a.PlacementLimit != 110 || a.WeighedSamplesPerSecond != 118 {
+		t.Errorf("peer a: %+v", a)
+	}
+	if b := got["b"]; b.PlacementLoad != 80 || b.PlacementLimit != 110 {
+		t.Errorf("peer b: %+v", b)
+	}
+}

@@ -20,6 +20,8 @@ import (
 	"github.com/prometheus/common/promslog"
 	promslogflag "github.com/prometheus/common/promslog/flag"
 	"github.com/prometheus/common/version"
+
+	"github.com/shoal-dev/shoal/placement"
 )
 
 // flags holds the command line; names and defaults are part of SPEC.
@@ -59,6 +61,7 @@ type flags struct {
 	handoffDelay           time.Duration
 	handoffTimeout         time.Duration
 	replicaLabel           string
+	placement              string
 	terminateGraceDeadline time.Duration
 
 	log promslog.Config
@@ -138,6 +141,8 @@ func parseFlags(args []string) (*flags, error) {
 		Default("5s").DurationVar(&f.terminateGraceDeadline)
 	app.Flag("cluster.replica-label", "With --cluster.replication-factor above 1, the target label that carries each owner's rank for the target (0 for the primary); on targets whose __shoal_sharding__ label is all, each node's name. Must not start with \"__\".").
 		Default("replica").StringVar(&f.replicaLabel)
+	app.Flag("cluster.placement", "How targets are placed on the participants: ring (consistent hashing, equal shares of the key space) or bounded (bounded-load consistent hashing over the samples/s each owner measures and gossips: no node above 1.10 × the mean). Every node must run the same.").
+		Default(placement.ModeRing).EnumVar(&f.placement, placement.Modes...)
 
 	promslogflag.AddFlags(app, &f.log)
 

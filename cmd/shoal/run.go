@@ -263,6 +263,7 @@ func run(ctx context.Context, f *flags) error {
 			ReplicationFactor: f.replicationFactor,
 			HandoffTimeout:    f.handoffTimeout,
 			TerminateGrace:    f.terminateGraceDeadline,
+			Placement:         f.placement,
 		}, a.node, fence, a.wal, a.remote, logger.With("component", "placement"), reg)
 		if err != nil {
 			discoveryCancel()
@@ -270,6 +271,10 @@ func run(ctx context.Context, f *flags) error {
 		}
 		defer a.placement.Close()
 		filterOpts.Handoff = a.placement
+		if f.placement == placement.ModeBounded {
+			// Targets are weighed where their samples are appended.
+			fence.SetMeter(a.placement)
+		}
 	}
 	a.filter = shoalscrape.NewFilter(filterOpts, a.scrape, logger.With("component", "ownership"), reg)
 	if a.node != nil {
@@ -385,6 +390,7 @@ func webOptions(a *agent, f *flags, scrapeView *lateScrape) web.Options {
 		Scrape:        scrapeView,
 		Ownership:     ownershipView{a},
 		Ring:          a.currentRing,
+		Placement:     a.placementInfo,
 		Ready:         a.ready,
 		Reload:        a.reload,
 		NodeName:      f.nodeName,
@@ -530,6 +536,22 @@ func (a *agent) currentRing() *ring.Ring {
 		return nil
 	}
 	return a.placement.Ring()
+}
+
+// placementInfo describes the placement in force for the status page.
+func (a *agent) placementInfo() web.PlacementInfo {
+	if a.placement == nil {
+		return web.PlacementInfo{}
+	}
+	mode, loads, rate := a.placement.Loads()
+	info := web.PlacementInfo{Mode: mode, WeighedRate: rate}
+	for n, l := range loads {
+		if info.Loads == nil {
+			info.Loads = map[string]float64{}
+		}
+		info.Loads[n], info.Limit = l.Load, l.Limit
+	}
+	return info
 }
 
 // becomeTerminating hands this node's targets to its peers before anything

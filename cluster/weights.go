@@ -1,0 +1,301 @@
+package cluster
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// Per-target weights for load-aware placement travel as memberlist delegate
+// state, not node metadata: a weight per target is far beyond metadata's
+// 512 bytes. Every node keeps the last set each alive member published,
+// tagged with the member's incarnation (its start time) and a version that
+// grows with each publication; the newest wins wherever it comes from. A
+// change is sent at once to every peer over memberlist's reliable
+// (TCP) channel, and the full state exchange (push/pull) repairs whatever
+// a node missed.
+
+// NodeWeights is the weight set one node last published.
+type NodeWeights struct {
+	// Incarnation is the publishing node's start time (Unix nanoseconds):
+	// a restarted node's sets replace its previous life's.
+	Incarnation int64
+	// Version grows with every publication within an incarnation.
+	Version uint64
+	// Weights maps target keys to weights. Read-only.
+	Weights map[uint64]float64
+}
+
+func (w NodeWeights) newer(o NodeWeights) bool {
+	if w.Incarnation != o.Incarnation {
+		return w.Incarnation > o.Incarnation
+	}
+	return w.Version > o.Version
+}
+
+// Weights encoding: a kind byte, then per node: name (uvarint length and
+// bytes), incarnation (varint), version (uvarint), count (uvarint) and
+// count × (key uint64, weight float32 bits), little endian.
+const (
+	msgWeights = 'w'
+	// maxWeightsPerNode bounds what a decoder allocates for one node.
+	maxWeightsPerNode = 1 << 22
+)
+
+// roundWeight is a weight as it travels: float32. A node uses the rounded
+// value for its own set too, so that every node places the same numbers.
+func roundWeight(v float64) float64 { return float64(float32(v)) }
+
+func appendWeights(b []byte, name string, w NodeWeights) []byte {
+	b = binary.AppendUvarint(b, uint64(len(name)))
+	b = append(b, name...)
+	b = binary.AppendVarint(b, w.Incarnation)
+	b = binary.AppendUvarint(b, w.Version)
+	b = binary.AppendUvarint(b, uint64(len(w.Weights)))
+	keys := slices.Sorted(maps.Keys(w.Weights))
+	for _, k := range keys {
+		b = binary.LittleEndian.AppendUint64(b, k)
+		b = binary.LittleEndian.AppendUint32(b, math.Float32bits(float32(w.Weights[k])))
+	}
+	return b
+}
+
+func encodeWeights(sets map[string]NodeWeights) []byte {
+	b := []byte{msgWeights}
+	for _, name := range slices.Sorted(maps.Keys(sets)) {
+		b = appendWeights(b, name, sets[name])
+	}
+	return b
+}
+
+var errShortWeights = errors.New("truncated weights message")
+
+func decodeWeights(b []byte) (map[string]NodeWeights, error) {
+	if len(b) == 0 || b[0] != msgWeights {
+		return nil, errors.New("not a weights message")
+	}
+	b = b[1:]
+	out := map[string]NodeWeights{}
+	uvarint := func() (uint64, error) {
+		v, n := binary.Uvarint(b)
+		if n <= 0 {
+			return 0, errShortWeights
+		}
+		b = b[n:]
+		return v, nil
+	}
+	for len(b) > 0 {
+		l, err := uvarint()
+		if err != nil {
+			return nil, err
+		}
+		if l == 0 || l > uint64(len(b)) {
+			return nil, fmt.Errorf("bad node name length %d", l)
+		}
+		name := string(b[:l])
+		b = b[l:]
+		inc, n := binary.Varint(b)
+		if n <= 0 {
+			return nil, errShortWeights
+		}
+		b = b[n:]
+		ver, err := uvarint()
+		if err != nil {
+			return nil, err
+		}
+		cnt, err := uvarint()
+		if err != nil {
+			return nil, err
+		}
+		if cnt > maxWeightsPerNode || cnt*12 > uint64(len(b)) {
+			return nil, fmt.Errorf("node %q: %d weights in %d bytes", name, cnt, len(b))
+		}
+		ws := make(map[uint64]float64, cnt)
+		for range cnt {
+			k := binary.LittleEndian.Uint64(b)
+			v := float64(math.Float32frombits(binary.LittleEndian.Uint32(b[8:])))
+			b = b[12:]
+			if !(v > 0) || math.IsInf(v, 0) {
+				return nil, fmt.Errorf("node %q: weight %v for key %016x", name, v, k)
+			}
+			ws[k] = v
+		}
+		if _, dup := out[name]; dup {
+			return nil, fmt.Errorf("node %q listed twice", name)
+		}
+		out[name] = NodeWeights{Incarnation: inc, Version: ver, Weights: ws}
+	}
+	return out, nil
+}
+
+// SetWeights publishes this node's per-target weights (key → weight; only
+// positive finite weights are kept, rounded as they travel). The set
+// replaces the previous one; an equal set publishes nothing, except the
+// first, even empty: it replaces what peers still hold from this node's
+// previous life.
+func (n *Node) SetWeights(weights map[uint64]float64) {
+	ws := make(map[uint64]float64, len(weights))
+	for k, v := range weights {
+		if v > 0 && !math.IsInf(v, 0) {
+			ws[k] = roundWeight(v)
+		}
+	}
+	n.mu.Lock()
+	if n.ownWeights.Version > 0 && maps.Equal(ws, n.ownWeights.Weights) {
+		n.mu.Unlock()
+		return
+	}
+	n.ownWeights = NodeWeights{Incarnation: n.startTime.UnixNano(), Version: n.ownWeights.Version + 1, Weights: ws}
+	n.mu.Unlock()
+	n.metrics.weightsPublished.Set(float64(len(ws)))
+	select {
+	case n.weightsSend <- struct{}{}:
+	default:
+	}
+	n.notify()
+}
+
+// Weights returns the weight set last published by every alive member
+// that published one, this node included, by node name. A set from a
+// member's previous life (it restarted and has not published yet) is not
+// listed. The maps are shared: do not modify them.
+func (n *Node) Weights() map[string]NodeWeights {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := make(map[string]NodeWeights, len(n.weights)+1)
+	for name, w := range n.weights {
+		if p, alive := n.peers[name]; alive && current(w, p) {
+			out[name] = w
+		}
+	}
+	if n.ownWeights.Version > 0 {
+		out[n.cfg.NodeName] = n.ownWeights
+	}
+	return out
+}
+
+// weightsKeep is how long the weight set of a member that left is kept in
+// case it was declared dead wrongly and comes back.
+const weightsKeep = 5 * time.Minute
+
+// pruneWeightsLocked forgets the weight sets of members gone longer than
+// weightsKeep.
+func (n *Node) pruneWeightsLocked(now time.Time) {
+	for name, at := range n.gone {
+		if now.Sub(at) > weightsKeep {
+			delete(n.weights, name)
+			delete(n.gone, name)
+		}
+	}
+}
+
+// current reports whether w is from p's present life: its incarnation
+// (start time, ns) is not older than the start time p's metadata gives (ms).
+func current(w NodeWeights, p Peer) bool {
+	return p.StartTime.IsZero() || w.Incarnation/int64(time.Millisecond) >= p.StartTime.UnixMilli()
+}
+
+// mergeWeights takes the newer of every set in sets; sets about this node
+// or about nodes that are not alive members are ignored (a departed node's
+// set must not come back through a peer that still has it).
+func (n *Node) mergeWeights(sets map[string]NodeWeights) {
+	changed := false
+	n.mu.Lock()
+	for name, w := range sets {
+		if name == n.cfg.NodeName {
+			continue
+		}
+		if _, alive := n.peers[name]; !alive {
+			continue
+		}
+		if old, ok := n.weights[name]; ok && !w.newer(old) {
+			continue
+		}
+		n.weights[name] = w
+		changed = true
+	}
+	n.mu.Unlock()
+	if changed {
+		n.notify()
+	}
+}
+
+// receiveWeights decodes a weights message or state from a peer.
+func (n *Node) receiveWeights(b []byte) {
+	sets, err := decodeWeights(b)
+	if err != nil {
+		n.metrics.badWeights.Inc()
+		n.logger.Warn("peer sent per-target weights this node cannot read; ignoring them", "err", err)
+		return
+	}
+	n.mergeWeights(sets)
+}
+
+// localWeightsState is this node's whole weights state, for push/pull.
+func (n *Node) localWeightsState() []byte {
+	n.mu.Lock()
+	sets := make(map[string]NodeWeights, len(n.weights)+1)
+	for name, w := range n.weights {
+		if p, alive := n.peers[name]; alive && current(w, p) {
+			sets[name] = w
+		}
+	}
+	if n.ownWeights.Version > 0 {
+		sets[n.cfg.NodeName] = n.ownWeights
+	}
+	n.mu.Unlock()
+	if len(sets) == 0 {
+		return nil
+	}
+	b := encodeWeights(sets)
+	n.metrics.weightsStateBytes.Set(float64(len(b)))
+	return b
+}
+
+// sendWeightsLoop sends this node's set to every peer whenever it changes
+// (coalesced), until ctx ends.
+func (n *Node) sendWeightsLoop(ctx context.Context) {
+	var sent uint64
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-n.weightsSend:
+		}
+		n.mu.Lock()
+		own, ml := n.ownWeights, n.ml
+		n.mu.Unlock()
+		if own.Version == sent || ml == nil {
+			continue
+		}
+		// Members takes memberlist's node lock, which memberlist holds
+		// while it calls into this node (which takes n.mu): never under n.mu.
+		var targets []*memberlist.Node
+		for _, m := range ml.Members() {
+			if m.Name != n.cfg.NodeName {
+				targets = append(targets, m)
+			}
+		}
+		msg := appendWeights([]byte{msgWeights}, n.cfg.NodeName, own)
+		for _, m := range targets {
+			if ctx.Err() != nil {
+				return
+			}
+			// A failure is repaired by the next push/pull.
+			if err := ml.SendReliable(m, msg); err != nil {
+				n.metrics.weightsSends.WithLabelValues("failure").Inc()
+				n.logger.Debug("sending per-target weights failed", "peer", m.Name, "err", err)
+				continue
+			}
+			n.metrics.weightsSends.WithLabelValues("success").Inc()
+		}
+		sent = own.Version
+	}
+}

@@ -1,0 +1,121 @@
+package cluster
+
+import (
+	"fmt"
+	"maps"
+	"testing"
+	"time"
+
+	"github.com/shoal-dev/shoal/internal/testutil"
+)
+
+func TestWeightsEncodingRoundTripsAndRefusesGarbage(t *testing.T) {
+	sets := map[string]NodeWeights{
+		"a": {Incarnation: 42, Version: 3, Weights: map[uint64]float64{1: 2.5, 0xffffffffffffffff: 1e6}},
+		"b": {Incarnation: -1, Version: 1, Weights: map[uint64]float64{}},
+	}
+	got, err := decodeWeights(encodeWeights(sets))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, w := range sets {
+		g := got[name]
+		if g.Incarnation != w.Incarnation || g.Version != w.Version || !maps.Equal(g.Weights, w.Weights) {
+			t.Fatalf("%s: got %+v, want %+v", name, g, w)
+		}
+	}
+	good := encodeWeights(sets)
+	for _, bad := range [][]byte{nil, {'x'}, good[:len(good)-3], append([]byte{msgWeights}, 0xff, 0xff)} {
+		if _, err := decodeWeights(bad); err == nil {
+			t.Errorf("decodeWeights(%x) took garbage", bad)
+		}
+	}
+}
+
+// Two real memberlist nodes: a published weight set reaches the peer, a
+// newer one replaces it, and a peer that goes away takes its set along.
+func TestWeightsTravelBetweenNodes(t *testing.T) {
+	tn := newTestNet(t)
+	nodes := startStatic(t, tn, 2, nil)
+	a, b := nodes[0].Node, nodes[1].Node
+	testutil.EventuallyTrue(t, 10*time.Second, "two nodes see each other", func() bool { return len(b.Peers()) == 2 })
+
+	changes, unsubscribe := b.Subscribe()
+	defer unsubscribe()
+	a.SetWeights(map[uint64]float64{7: 100, 9: 0.1, 11: -1})
+	want := map[uint64]float64{7: 100, 9: roundWeight(0.1)}
+	seen := func(n *Node, from string, want map[uint64]float64) func() error {
+		return func() error {
+			w, ok := n.Weights()[from]
+			if !ok || !maps.Equal(w.Weights, want) {
+				return fmt.Errorf("%s sees %s's weights %v (published: %v), want %v", n.cfg.NodeName, from, w.Weights, ok, want)
+			}
+			return nil
+		}
+	}
+	if err := seen(a, a.cfg.NodeName, want)(); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, "weights sent to the peer", seen(b, a.cfg.NodeName, want))
+	select {
+	case <-changes:
+	default:
+		t.Fatal("new weights did not notify subscribers")
+	}
+	for name, want := range map[string]float64{"shoal_cluster_weights_published": 2, "shoal_cluster_weights_sends_total": 1} {
+		testutil.Eventually(t, 5*time.Second, name, func() error {
+			if v, err := testutil.GatherValue(nodes[0].reg, name, map[string]string{}); err != nil || v < want {
+				return fmt.Errorf("%s = %v (%v), want ≥ %v", name, v, err, want)
+			}
+			return nil
+		})
+	}
+
+	// A newer set replaces the old one; b's own set travels the other way.
+	a.SetWeights(map[uint64]float64{7: 50})
+	b.SetWeights(map[uint64]float64{3: 4})
+	testutil.Eventually(t, 10*time.Second, "newer weights replace older", seen(b, a.cfg.NodeName, map[uint64]float64{7: 50}))
+	testutil.Eventually(t, 10*time.Second, "weights travel both ways", seen(a, b.cfg.NodeName, map[uint64]float64{3: 4}))
+
+	// A stale set (older version) from anyone is ignored.
+	b.mergeWeights(map[string]NodeWeights{a.cfg.NodeName: {Incarnation: a.startTime.UnixNano(), Version: 1, Weights: map[uint64]float64{1: 1}}})
+	if err := seen(b, a.cfg.NodeName, map[uint64]float64{7: 50})(); err != nil {
+		t.Fatalf("an older set replaced a newer one: %v", err)
+	}
+
+	// A node that leaves takes its weights along; they do not come back.
+	if err := a.Leave(2 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	testutil.EventuallyTrue(t, 10*time.Second, "peer gone", func() bool { return len(b.Peers()) == 1 })
+	if _, ok := b.Weights()[a.cfg.NodeName]; ok {
+		t.Fatal("a departed node's weights are still listed")
+	}
+	b.mergeWeights(map[string]NodeWeights{a.cfg.NodeName: {Incarnation: a.startTime.UnixNano(), Version: 99, Weights: map[uint64]float64{1: 1}}})
+	if _, ok := b.Weights()[a.cfg.NodeName]; ok {
+		t.Fatal("a departed node's weights came back through a peer")
+	}
+}
+
+// The full state exchange alone (no direct send) carries every alive
+// member's set, so a node that joins later learns them.
+func TestWeightsReachLateJoinerByPushPull(t *testing.T) {
+	tn := newTestNet(t)
+	nodes := startStatic(t, tn, 2, nil)
+	a, b := nodes[0].Node, nodes[1].Node
+	testutil.EventuallyTrue(t, 10*time.Second, "two nodes see each other", func() bool { return len(b.Peers()) == 2 })
+	a.SetWeights(map[uint64]float64{1: 10})
+	b.SetWeights(map[uint64]float64{2: 20})
+	testutil.EventuallyTrue(t, 10*time.Second, "a and b exchanged weights", func() bool { return len(a.Weights()) == 2 && len(b.Weights()) == 2 })
+
+	cfg := testConfig(tn, 3)
+	cfg.Join = []string{tn.addr(2)}
+	c := startNode(t, cfg).Node
+	testutil.Eventually(t, 10*time.Second, "the late joiner learns both sets", func() error {
+		w := c.Weights()
+		if len(w[a.cfg.NodeName].Weights) != 1 || len(w[b.cfg.NodeName].Weights) != 1 {
+			return fmt.Errorf("c sees %v", w)
+		}
+		return nil
+	})
+}

@@ -1,0 +1,467 @@
+package placement
+
+import (
+	"context"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/shoal-dev/shoal/cluster"
+	"github.com/shoal-dev/shoal/ring"
+	"github.com/shoal-dev/shoal/scrape"
+)
+
+// gossipNet is perfect, instant gossip of weight sets between the
+// Coordinators of one test: what matters here is what each node computes
+// from the state it has, not how the state travels (the cluster package's
+// tests and e2e cover that).
+type gossipNet struct {
+	mu      sync.Mutex
+	sets    map[string]cluster.NodeWeights
+	members []*netCluster
+}
+
+type netCluster struct {
+	*fakeCluster
+	net *gossipNet
+}
+
+func (c *netCluster) SetWeights(w map[uint64]float64) {
+	n := c.net
+	n.mu.Lock()
+	old := n.sets[c.self.Name]
+	n.sets[c.self.Name] = cluster.NodeWeights{Incarnation: old.Incarnation, Version: old.Version + 1, Weights: maps.Clone(w)}
+	members := slices.Clone(n.members)
+	n.mu.Unlock()
+	for _, m := range members {
+		m.notify()
+	}
+}
+
+// Weights returns the sets of the members this node sees alive.
+func (c *netCluster) Weights() map[string]cluster.NodeWeights {
+	alive := map[string]bool{}
+	for _, p := range c.Peers() {
+		alive[p.Name] = true
+	}
+	c.net.mu.Lock()
+	defer c.net.mu.Unlock()
+	out := map[string]cluster.NodeWeights{}
+	for name, w := range c.net.sets {
+		if alive[name] {
+			out[name] = w
+		}
+	}
+	return out
+}
+
+type boundedNode struct {
+	name string
+	c    *Coordinator
+	cl   *netCluster
+	flt  *fakeFilter
+	reg  *prometheus.Registry
+}
+
+// startBounded starts one Coordinator per name in ModeBounded on a shared
+// gossipNet; every node sees the others as participants.
+func startBounded(t *testing.T, names []string) ([]*boundedNode, *gossipNet) {
+	t.Helper()
+	net := &gossipNet{sets: map[string]cluster.NodeWeights{}}
+	var nodes []*boundedNode
+	for _, name := range names {
+		cl := &netCluster{fakeCluster: newFakeCluster(name), net: net}
+		net.members = append(net.members, cl)
+		n := &boundedNode{name: name, cl: cl, flt: &fakeFilter{}, reg: prometheus.NewRegistry()}
+		c, err := New(Options{NodeName: name, Tokens: 64, Placement: ModeBounded}, cl, &fakeFence{}, &fakeWAL{}, &fakeRemote{}, nil, n.reg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.c = c
+		c.SetFilter(n.flt)
+		nodes = append(nodes, n)
+	}
+	for _, n := range nodes {
+		for _, o := range names {
+			if o != n.name {
+				n.cl.setPeer(participant(o, cluster.Watermarks{}))
+			}
+		}
+		n.cl.becomeReady()
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			n.c.Run(ctx)
+		}()
+		t.Cleanup(func() {
+			cancel()
+			<-done
+			n.c.Close()
+		})
+	}
+	return nodes, net
+}
+
+// scrapeRound has every node measure the targets it is primary of under
+// the placement it follows, as its fence would, then lets a second pass.
+func scrapeRound(nodes []*boundedNode, samples map[uint64]int, noise *rand.Rand) {
+	for _, n := range nodes {
+		p := n.c.Placement()
+		if p == nil {
+			continue
+		}
+		for k, s := range samples {
+			if o := p.Owners(k, 1, nil); len(o) == 1 && o[0] == n.name {
+				if noise != nil {
+					s = int(float64(s) * (0.8 + 0.4*noise.Float64()))
+				}
+				n.c.Measured(scrape.Unit{Key: k}, s, time.Second)
+			}
+		}
+	}
+	time.Sleep(time.Second)
+	synctest.Wait()
+}
+
+// skewed is 40 targets of 10 samples per scrape and 2 of 500 (50×).
+func skewed() map[uint64]int {
+	s := map[uint64]int{}
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := range 42 {
+		n := 10
+		if i < 2 {
+			n = 500
+		}
+		s[r.Uint64()] = n
+	}
+	return s
+}
+
+func placementOf(t *testing.T, n *boundedNode) *bounded {
+	t.Helper()
+	b, ok := n.c.Placement().(*bounded)
+	if !ok {
+		t.Fatalf("%s follows %T, want a bounded placement", n.name, n.c.Placement())
+	}
+	return b
+}
+
+// Every node computes the same owners from the same gossiped state, every
+// target with a weight is placed, and no node is above the bound.
+func TestBoundedConvergesToOnePlacement(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		names := []string{"a", "b", "c", "d"}
+		nodes, _ := startBounded(t, names)
+		samples := map[uint64]int{}
+		r := rand.New(rand.NewPCG(3, 4))
+		for i := range 200 {
+			n := 10
+			if i < 3 {
+				n = 500
+			}
+			samples[r.Uint64()] = n
+		}
+		for range 60 {
+			scrapeRound(nodes, samples, nil)
+		}
+		ref := placementOf(t, nodes[0])
+		for _, n := range nodes[1:] {
+			b := placementOf(t, n)
+			if RingID(b) != RingID(ref) {
+				t.Fatalf("%s follows generation %x, %s %x", n.name, RingID(b), nodes[0].name, RingID(ref))
+			}
+			for k := range samples {
+				if o, want := b.Owners(k, 1, nil), ref.Owners(k, 1, nil); !slices.Equal(o, want) {
+					t.Fatalf("key %x: %s says %v, %s says %v", k, n.name, o, nodes[0].name, want)
+				}
+			}
+		}
+		for k := range samples {
+			if !ref.Placed(k) {
+				t.Fatalf("key %x has no published weight after 60 scrapes", k)
+			}
+		}
+		total := 0.0
+		for _, s := range samples {
+			total += float64(s)
+		}
+		for _, name := range names {
+			if l := ref.Load(name); l > ref.Limit() {
+				t.Errorf("%s carries %.0f samples/s, above the limit %.0f", name, l, ref.Limit())
+			}
+		}
+		if want := ring.DefaultLoadBound * total / 4; ref.Limit() < want*0.999 || ref.Limit() > want*1.001 {
+			t.Errorf("limit %.1f, want 1.10 × mean = %.1f (the weights are not the measured samples/s)", ref.Limit(), want)
+		}
+		// Each target is published by exactly one node: its primary.
+		for _, n := range nodes {
+			for k := range n.cl.Weights()[n.name].Weights {
+				if o := ref.Owners(k, 1, nil); o[0] != n.name {
+					t.Errorf("%s still publishes %x, owned by %v", n.name, k, o)
+				}
+			}
+		}
+		mode, loads, rate := nodes[0].c.Loads()
+		if mode != ModeBounded || loads["a"].Load != ref.Load("a") || loads["a"].Limit != ref.Limit() || rate <= 0 {
+			t.Errorf("Loads() = %s, %v, %v", mode, loads, rate)
+		}
+	})
+}
+
+// The placement depends on the gossiped state only, never on the order in
+// which peers and their weight sets arrived.
+func TestBoundedSamePlacementFromAnyOrderOfEvents(t *testing.T) {
+	sets := map[string]cluster.NodeWeights{}
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, name := range []string{"b", "c", "d"} {
+		ws := map[uint64]float64{}
+		for i := range 30 {
+			w := 10.0
+			if i == 0 {
+				w = 400
+			}
+			ws[r.Uint64()] = w
+		}
+		sets[name] = cluster.NodeWeights{Incarnation: 1, Version: 1, Weights: ws}
+	}
+	var want uint64
+	var wantOwners map[uint64][]string
+	for trial := range 8 {
+		synctest.Test(t, func(t *testing.T) {
+			h := start(t, Options{Placement: ModeBounded, Tokens: 64})
+			h.cl.becomeReady()
+			events := []func(){}
+			for name, s := range sets {
+				events = append(events,
+					func() { h.cl.setPeer(participant(name, cluster.Watermarks{})) },
+					func() { h.cl.setWeights(name, s) })
+			}
+			rand.New(rand.NewPCG(uint64(trial), 9)).Shuffle(len(events), func(i, j int) { events[i], events[j] = events[j], events[i] })
+			for _, e := range events {
+				e()
+				if trial%2 == 1 {
+					synctest.Wait() // sometimes every event is seen alone
+				}
+			}
+			synctest.Wait()
+			p, _, _ := h.filter.last()
+			b, ok := p.(*bounded)
+			if !ok {
+				t.Fatalf("filter got %T", p)
+			}
+			owners := map[uint64][]string{}
+			for _, s := range sets {
+				for k := range s.Weights {
+					owners[k] = b.Owners(k, 1, nil)
+				}
+			}
+			if trial == 0 {
+				want, wantOwners = RingID(b), owners
+				return
+			}
+			if RingID(b) != want {
+				t.Fatalf("trial %d: generation %x, first trial %x", trial, RingID(b), want)
+			}
+			for k, o := range owners {
+				if !slices.Equal(o, wantOwners[k]) {
+					t.Fatalf("trial %d: key %x owned by %v, first trial %v", trial, k, o, wantOwners[k])
+				}
+			}
+		})
+	}
+}
+
+// ±20% noise on every scrape never changes a published weight once it is
+// published: no new generation, so no target moves.
+func TestBoundedHysteresisPreventsFlapping(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		nodes, _ := startBounded(t, []string{"a", "b", "c"})
+		samples := skewed()
+		noise := rand.New(rand.NewPCG(7, 8))
+		for range 60 {
+			scrapeRound(nodes, samples, noise)
+		}
+		gens := func() (s float64) {
+			for _, n := range nodes {
+				s += testutil.ToFloat64(n.c.metrics.generations)
+			}
+			return s
+		}
+		before, id := gens(), RingID(placementOf(t, nodes[0]))
+		for range 30 * 60 { // half an hour of 1s scrapes
+			scrapeRound(nodes, samples, noise)
+		}
+		if g := gens(); g != before {
+			t.Fatalf("%v new placements under ±20%% noise, want none", g-before)
+		}
+		if RingID(placementOf(t, nodes[0])) != id {
+			t.Fatal("the generation changed under noise alone")
+		}
+
+		// A real change of size (a target doubling) is published.
+		var big uint64
+		for k, s := range samples {
+			if s == 500 {
+				big = k
+			}
+		}
+		samples[big] = 1000
+		for range 60 {
+			scrapeRound(nodes, samples, nil)
+		}
+		if w := placementOf(t, nodes[0]).Load(""); w != 0 {
+			t.Fatal("Load of an unknown node is not 0")
+		}
+		found := false
+		for _, n := range nodes {
+			if w, ok := n.cl.Weights()[n.name].Weights[big]; ok {
+				found = true
+				if w < 700 {
+					t.Fatalf("a doubled target is still published at %v", w)
+				}
+			}
+		}
+		if !found {
+			t.Fatal("nobody publishes the doubled target")
+		}
+	})
+}
+
+// A target's weight survives its owner's crash: the dead node's set stays
+// placed for the grace period, the new owner adopts the weight at once, and
+// so the target does not fall back to its plain-ring owner in between.
+func TestBoundedWeightsSurviveCrashWithinGrace(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		nodes, net := startBounded(t, []string{"a", "b", "c"})
+		samples := skewed()
+		for range 40 {
+			scrapeRound(nodes, samples, nil)
+		}
+		var victim *boundedNode
+		for _, n := range nodes {
+			if len(n.cl.Weights()[n.name].Weights) > 0 {
+				victim = n
+				break
+			}
+		}
+		lost := maps.Clone(victim.cl.Weights()[victim.name].Weights)
+		// The victim dies: its set leaves gossip, its peers drop it.
+		net.mu.Lock()
+		delete(net.sets, victim.name)
+		net.mu.Unlock()
+		var survivors []*boundedNode
+		for _, n := range nodes {
+			if n != victim {
+				n.cl.removePeer(victim.name)
+				survivors = append(survivors, n)
+			}
+		}
+		synctest.Wait()
+		for _, n := range survivors {
+			b := placementOf(t, n)
+			for k, w := range lost {
+				if !b.Placed(k) {
+					t.Fatalf("%s: the dead node's target %x dropped out of the placed set", n.name, k)
+				}
+				o := b.Owners(k, 1, nil)[0]
+				if got := net.sets[o].Weights[k]; got != w {
+					t.Fatalf("new owner %s of %x publishes %v, want the dead node's %v at once", o, k, got, w)
+				}
+			}
+			if v := testutil.ToFloat64(n.c.metrics.placed); int(v) != len(samples) {
+				t.Fatalf("%s places %v weights, want %d", n.name, v, len(samples))
+			}
+		}
+		// After the grace period the placement is the survivors' alone and
+		// still places every target.
+		for range int(3*DefaultWeightPeriod/time.Second) + 1 {
+			scrapeRound(survivors, samples, nil)
+		}
+		b := placementOf(t, survivors[0])
+		for k := range samples {
+			if !b.Placed(k) {
+				t.Fatalf("target %x unplaced after the grace period", k)
+			}
+		}
+		if slices.Contains(b.Nodes(), victim.name) {
+			t.Fatal("the dead node is still placed on")
+		}
+	})
+}
+
+// A node that loses a target (here: a weight change moves it) keeps
+// publishing it until the new owner does, so the placed set never lacks it.
+func TestBoundedLostTargetStaysPublishedUntilNewOwnerPublishes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := start(t, Options{Placement: ModeBounded, Tokens: 64})
+		h.cl.becomeReady()
+		h.cl.setPeer(participant("b", cluster.Watermarks{}))
+		synctest.Wait()
+		p, _, _ := h.filter.last()
+		var key uint64
+		if !slices.Contains(p.Nodes(), "a") {
+			t.Fatalf("a is not placed on: %v", p.Nodes())
+		}
+		for k := uint64(1); key == 0; k += 1 << 56 {
+			if o := p.Owners(k, 1, nil); o[0] == "a" {
+				key = k
+			}
+		}
+		for range 12 {
+			h.c.Measured(scrape.Unit{Key: key}, 100, time.Second)
+		}
+		time.Sleep(DefaultWeightPeriod)
+		synctest.Wait()
+		if w := h.cl.Weights()["a"].Weights[key]; w != 100 {
+			t.Fatalf("a publishes %v for its target, want 100", w)
+		}
+		// b publishes three heavy targets whose ring owner is a: a is full
+		// after the first two (the third fits nowhere and goes to the less
+		// loaded a), so key moves to b by a weight change alone.
+		heavy := map[uint64]float64{}
+		for k := uint64(3); len(heavy) < 3; k += 1 << 54 {
+			if o := p.Owners(k, 1, nil); o[0] == "a" && k != key {
+				heavy[k] = 1000
+			}
+		}
+		h.cl.setWeights("b", cluster.NodeWeights{Version: 1, Weights: heavy})
+		synctest.Wait()
+		p, _, _ = h.filter.last()
+		if o := p.Owners(key, 1, nil); o[0] != "b" {
+			t.Fatalf("key %x owned by %v after the weight change, want b", key, o)
+		}
+		if _, ok := h.cl.Weights()["a"].Weights[key]; !ok {
+			t.Fatal("a dropped a lost target before its new owner published it")
+		}
+		// Another old owner (terminating c) publishing it too is no reason
+		// to drop it: c would drop it for the same reason, and it would
+		// vanish from the placed set.
+		h.cl.setPeer(cluster.Peer{Name: "c", State: cluster.Terminating})
+		h.cl.setWeights("c", cluster.NodeWeights{Version: 1, Weights: map[uint64]float64{key: 100}})
+		synctest.Wait()
+		if _, ok := h.cl.Weights()["a"].Weights[key]; !ok {
+			t.Fatal("a dropped a lost target because another old owner publishes it")
+		}
+		heavy[key] = 100
+		h.cl.setWeights("b", cluster.NodeWeights{Version: 2, Weights: heavy})
+		synctest.Wait()
+		if _, ok := h.cl.Weights()["a"].Weights[key]; ok {
+			t.Fatal("a still publishes a target its new owner publishes")
+		}
+	})
+}
+
+func TestUnknownPlacementModeRefused(t *testing.T) {
+	_, err := New(Options{NodeName: "a", Placement: "hashmod"}, newFakeCluster("a"), &fakeFence{}, &fakeWAL{}, &fakeRemote{}, nil, nil)
+	if err == nil {
+		t.Fatal("an unknown --cluster.placement was accepted")
+	}
+}
