@@ -163,6 +163,10 @@ type Coordinator struct {
 	now     func() time.Time
 	weigher *weigher // nil in ModeRing
 
+	// publishMu orders watermark publications: each re-reads the latest
+	// watermarks under mu, so an older copy never overwrites a newer one.
+	publishMu sync.Mutex
+
 	mu          sync.Mutex
 	filter      Filter
 	ring        scrape.Placement
@@ -618,8 +622,21 @@ func (c *Coordinator) Fenced(r scrape.Placement, config uint64, participant bool
 	c.mu.Unlock()
 	c.metrics.fencedSeq.Set(float64(wm.FencedSeq))
 	c.remote.FlushNow(pos)
-	c.cl.SetWatermarks(wm)
+	c.publishWatermarks()
 	c.wake()
+}
+
+// publishWatermarks gossips this node's current watermarks. Fenced (the
+// filter's goroutine) and step (Run's) both publish; reading the watermarks
+// inside publishMu keeps one that read them earlier from publishing them
+// after the other's newer ones.
+func (c *Coordinator) publishWatermarks() {
+	c.publishMu.Lock()
+	defer c.publishMu.Unlock()
+	c.mu.Lock()
+	wm := c.watermarksLocked()
+	c.mu.Unlock()
+	c.cl.SetWatermarks(wm)
 }
 
 func (c *Coordinator) watermarksLocked() cluster.Watermarks {
@@ -726,7 +743,7 @@ func (c *Coordinator) step() {
 	c.mu.Unlock()
 	if moved {
 		c.metrics.ackedSeq.Set(float64(wm.AckedSeq))
-		c.cl.SetWatermarks(wm)
+		c.publishWatermarks()
 	}
 	if holds == 0 {
 		return
