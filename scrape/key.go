@@ -78,18 +78,30 @@ func seriesID(final labels.Labels) uint64 {
 	return d.Sum64()
 }
 
-// ConfigID identifies a set of scrape configurations: equal on every node
-// that loaded the same ones (in any order, secrets masked), never zero. The
-// hand-off uses it to tell whether the peers have applied a reload that may
-// have moved targets to other keys.
+// ConfigID identifies what of a set of scrape configurations decides the
+// target keys: per job, its name, scheme, metrics path, params and target
+// relabelling. It is equal on every node that loaded configurations that
+// key targets alike (in any order), never zero. The hand-off uses it to tell
+// whether the peers have applied a reload that may have moved targets to
+// other keys. Discovery, client and limit settings are left out on purpose:
+// they may differ between replicas (a file path per pod, say) without moving
+// any key, and a difference here makes every gained target wait for the
+// hand-off delay and every hold for the peers' next fence.
 func ConfigID(scfgs []*config.ScrapeConfig) uint64 {
+	type keyed struct {
+		Job         string              `yaml:"job"`
+		Scheme      string              `yaml:"scheme"`
+		MetricsPath string              `yaml:"metrics_path"`
+		Params      map[string][]string `yaml:"params,omitempty"`
+		Relabel     any                 `yaml:"relabel_configs,omitempty"`
+	}
 	sorted := slices.Clone(scfgs)
 	slices.SortFunc(sorted, func(a, b *config.ScrapeConfig) int { return strings.Compare(a.JobName, b.JobName) })
 	var d xxhash.Digest
 	d.Reset()
 	_, _ = d.WriteString("shoal-scrape-config\xff")
 	for _, sc := range sorted {
-		b, err := yaml.Marshal(sc)
+		b, err := yaml.Marshal(keyed{Job: sc.JobName, Scheme: sc.Scheme, MetricsPath: sc.MetricsPath, Params: sc.Params, Relabel: sc.RelabelConfigs})
 		if err != nil {
 			// Not expected for a loaded config; the job name still counts.
 			b = []byte(sc.JobName)

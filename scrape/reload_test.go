@@ -3,6 +3,7 @@ package scrape
 import (
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -319,4 +320,46 @@ func TestReloadMovingKeyLocallyStartsAtOnce(t *testing.T) {
 			t.Fatalf("target whose key moved within a not passed on at once: %v", o)
 		}
 	})
+}
+
+// Replicas may differ in what does not key targets (a kubeconfig or
+// credentials file per pod, a limit): their views must still agree, or every
+// gained target waits out the hand-off delay and every hold the peers' next
+// fence. What keys targets must still tell configurations apart.
+func TestConfigIDFollowsOnlyWhatKeysTargets(t *testing.T) {
+	base := "scrape_configs:\n  - job_name: app\n    metrics_path: /x\n"
+	id := func(yml string) uint64 {
+		t.Helper()
+		sc, err := loadConfig(t, yml).GetScrapeConfigs()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ConfigID(sc)
+	}
+	same := []string{
+		base + "    basic_auth:\n      username: u\n      password_file: /pods/a/password\n",
+		base + "    sample_limit: 100\n    scrape_timeout: 5s\n",
+		base + "    authorization:\n      credentials_file: /pods/a/token\n",
+	}
+	other := []string{
+		"scrape_configs:\n  - job_name: app\n    metrics_path: /y\n",
+		base + "    scheme: https\n",
+		base + "    params:\n      module: [x]\n",
+		base + "    relabel_configs:\n      - target_label: __address__\n        replacement: h:1\n",
+		"scrape_configs:\n  - job_name: app2\n    metrics_path: /x\n",
+	}
+	want := id(base)
+	for _, y := range same {
+		if got := id(y); got != want {
+			t.Errorf("ConfigID changed by a setting that keys no target:\n%s", y)
+		}
+	}
+	if id(strings.Replace(same[0], "/pods/a/", "/pods/b/", 1)) != id(same[0]) {
+		t.Error("ConfigID differs between replicas with their own kubeconfig paths")
+	}
+	for _, y := range other {
+		if id(y) == want {
+			t.Errorf("ConfigID blind to a setting that moves keys:\n%s", y)
+		}
+	}
 }
