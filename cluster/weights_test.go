@@ -63,7 +63,10 @@ func TestWeightsTravelBetweenNodes(t *testing.T) {
 		t.Fatal("new weights did not notify subscribers")
 	}
 	for name, want := range map[string]float64{"shoal_cluster_weights_published": 2, "shoal_cluster_weights_sends_total": 1} {
-		testutil.Eventually(t, 5*time.Second, name, func() error {
+		// The direct send may still be under way when push/pull has already
+		// delivered the set; SendReliable is bounded by memberlist's TCP
+		// timeout (10s), so wait past that.
+		testutil.Eventually(t, 20*time.Second, name, func() error {
 			if v, err := testutil.GatherValue(nodes[0].reg, name, map[string]string{}); err != nil || v < want {
 				return fmt.Errorf("%s = %v (%v), want ≥ %v", name, v, err, want)
 			}
