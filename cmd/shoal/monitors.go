@@ -1,0 +1,90 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/alecthomas/kingpin/v2"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/shoal-dev/shoal/monitors"
+)
+
+// monitorFlags configure Prometheus Operator monitors as a config source.
+type monitorFlags struct {
+	enabled           bool
+	selector          string
+	namespaces        []string
+	excludeNamespaces []string
+}
+
+func addMonitorFlags(app *kingpin.Application, m *monitorFlags) {
+	app.Flag("kubernetes.monitors", "Watch the Prometheus Operator's ServiceMonitor, PodMonitor, Probe and ScrapeConfig objects and scrape them as jobs added to the config file's (through --cluster.kubernetes.kubeconfig, or the in-cluster service account).").
+		Default("false").BoolVar(&m.enabled)
+	app.Flag("kubernetes.monitors.selector", "Label selector the monitor objects must match (default: all).").
+		Default("").StringVar(&m.selector)
+	app.Flag("kubernetes.monitors.namespaces", "Only watch monitors in these namespaces, repeatable (default: all).").
+		StringsVar(&m.namespaces)
+	app.Flag("kubernetes.monitors.exclude-namespaces", "Never watch monitors in these namespaces, repeatable.").
+		StringsVar(&m.excludeNamespaces)
+}
+
+// kubeRESTConfig is the API server configuration: the kubeconfig file when
+// given, else the in-cluster service account.
+func kubeRESTConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig == "" {
+		rc, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("--kubernetes.monitors: no --cluster.kubernetes.kubeconfig and not in a cluster: %w", err)
+		}
+		return rc, nil
+	}
+	rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
+		&clientcmd.ClientConfigLoadingRules{ExplicitPath: kubeconfig}, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("--cluster.kubernetes.kubeconfig %s: %w", kubeconfig, err)
+	}
+	return rc, nil
+}
+
+// newMonitorWatcher builds the watcher the flags ask for; nil without
+// --kubernetes.monitors.
+func (a *agent) newMonitorWatcher() (*monitors.Watcher, error) {
+	m := a.f.monitors
+	if !m.enabled {
+		return nil, nil
+	}
+	rc, err := kubeRESTConfig(a.f.kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	dyn, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("--kubernetes.monitors: %w", err)
+	}
+	core, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("--kubernetes.monitors: %w", err)
+	}
+	return monitors.NewWatcher(dyn, core, monitors.WatchOptions{
+		Selector:          m.selector,
+		Namespaces:        m.namespaces,
+		ExcludeNamespaces: m.excludeNamespaces,
+	}, a.logger.With("component", "monitors"), a.reg)
+}
+
+// runMonitors applies every new conversion through the reload path, so
+// the merged config goes through the same checks, filter, scrape manager
+// and config hash as a SIGHUP.
+func (a *agent) runMonitors(ctx context.Context, w *monitors.Watcher) {
+	w.Run(ctx, func(r *monitors.Result) {
+		a.monitorJobs.Store(r)
+		for _, e := range r.Errors {
+			a.logger.Warn("Monitor object rejected", "object", e.Source.String(), "err", e.Error())
+		}
+		_ = a.reloadFor(fmt.Sprintf("monitors changed (%d jobs, %d objects rejected)", len(r.Jobs), len(r.Errors)))
+	})
+}
