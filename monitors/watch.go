@@ -13,6 +13,7 @@ import (
 	monitoringv1alpha1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1alpha1"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/prometheus/config"
+	"github.com/prometheus/prometheus/discovery/kubernetes"
 	"go.yaml.in/yaml/v2"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,7 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
-	"k8s.io/client-go/kubernetes"
+	k8sclient "k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -76,7 +77,7 @@ type Watcher struct {
 // NewWatcher returns a watcher reading monitors through dyn and the Secrets
 // and ConfigMaps they reference through core. Its metrics are registered on
 // reg and unregistered when Run returns.
-func NewWatcher(dyn dynamic.Interface, core kubernetes.Interface, opts WatchOptions, logger *slog.Logger, reg prometheus.Registerer) (*Watcher, error) {
+func NewWatcher(dyn dynamic.Interface, core k8sclient.Interface, opts WatchOptions, logger *slog.Logger, reg prometheus.Registerer) (*Watcher, error) {
 	if opts.Debounce == 0 {
 		opts.Debounce = DefaultDebounce
 	}
@@ -322,7 +323,7 @@ func fromUnstructured(u *unstructured.Unstructured, into any) error {
 // call. Monitors reference few of them and conversions are debounced, so
 // a cache of every Secret in the cluster would cost more than it saves.
 type APIResolver struct {
-	Client kubernetes.Interface
+	Client k8sclient.Interface
 }
 
 // SecretKey implements Resolver.
@@ -362,10 +363,13 @@ var ErrJobClash = errors.New("a scrape config of the file has the name of a job 
 
 // Merge appends the generated jobs of r to cfg's scrape configs, each
 // parsed afresh from its YAML and validated against cfg's global section,
-// as if the file listed them. A file job with the name of a generated job
+// as if the file listed them. When kubeconfig is not empty, generated
+// kubernetes_sd_configs that name no API server read it, so that a shoal
+// outside the cluster discovers targets where it found the monitors
+// (the operator's Prometheus always runs in the cluster). A file job with the name of a generated job
 // is refused: generated names carry the kind as a prefix
 // ("serviceMonitor/ns/name/0"), which a hand-written job does not use.
-func Merge(cfg *config.Config, r *Result) error {
+func Merge(cfg *config.Config, r *Result, kubeconfig string) error {
 	if r == nil || len(r.Jobs) == 0 {
 		return nil
 	}
@@ -384,6 +388,13 @@ func Merge(cfg *config.Config, r *Result) error {
 		sc := &config.ScrapeConfig{}
 		if err := yaml.UnmarshalStrict(j.YAML, sc); err != nil {
 			return fmt.Errorf("job %q from %s: %w", j.Config.JobName, j.Source, err)
+		}
+		if kubeconfig != "" {
+			for _, d := range sc.ServiceDiscoveryConfigs {
+				if k, ok := d.(*kubernetes.SDConfig); ok && k.APIServer.URL == nil && k.KubeConfig == "" {
+					k.KubeConfig = kubeconfig
+				}
+			}
 		}
 		if err := sc.Validate(cfg.GlobalConfig); err != nil {
 			return fmt.Errorf("job %q from %s: %w", j.Config.JobName, j.Source, err)

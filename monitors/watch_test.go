@@ -229,7 +229,7 @@ spec:
 		return cfg
 	}
 	cfg := load("file")
-	if err := monitors.Merge(cfg, r); err != nil {
+	if err := monitors.Merge(cfg, r, ""); err != nil {
 		t.Fatal(err)
 	}
 	scs, err := cfg.GetScrapeConfigs()
@@ -239,7 +239,7 @@ spec:
 	if len(scs) != 2 || scs[0].JobName != "file" || scs[1].JobName != "serviceMonitor/apps/web/0" || scs[1].ScrapeInterval == 0 {
 		t.Fatalf("merged jobs %v, want file then serviceMonitor/apps/web/0 with the global interval filled in", scs)
 	}
-	err = monitors.Merge(load("serviceMonitor/apps/web/0"), r)
+	err = monitors.Merge(load("serviceMonitor/apps/web/0"), r, "")
 	if !errors.Is(err, monitors.ErrJobClash) || !strings.Contains(err.Error(), "ServiceMonitor apps/web") {
 		t.Fatalf("Merge with a clashing file job: %v, want ErrJobClash naming the object", err)
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 
 	"github.com/alecthomas/kingpin/v2"
 	"k8s.io/client-go/dynamic"
@@ -87,4 +88,17 @@ func (a *agent) runMonitors(ctx context.Context, w *monitors.Watcher) {
 		}
 		_ = a.reloadFor(fmt.Sprintf("monitors changed (%d jobs, %d objects rejected)", len(r.Jobs), len(r.Errors)))
 	})
+}
+
+// absKubeconfig is --cluster.kubernetes.kubeconfig as an absolute path
+// ("" when unset): generated scrape configs discover through it.
+func (a *agent) absKubeconfig() string {
+	if a.f.kubeconfig == "" {
+		return ""
+	}
+	p, err := filepath.Abs(a.f.kubeconfig)
+	if err != nil {
+		return a.f.kubeconfig
+	}
+	return p
 }

@@ -663,7 +663,7 @@ func (a *agent) reloadFor(why string) error {
 	a.logger.Info("Loading configuration file", "filename", a.f.configFile, "reason", cmp.Or(why, "reload requested"))
 	cfg, err := loadConfig(a.f.configFile, a.logger)
 	if err == nil {
-		err = monitors.Merge(cfg, a.monitorJobs.Load())
+		err = monitors.Merge(cfg, a.monitorJobs.Load(), a.absKubeconfig())
 	}
 	if err == nil {
 		applyScrapeDefaults(cfg)

@@ -1,0 +1,177 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	sigsyaml "sigs.k8s.io/yaml"
+
+	"github.com/shoal-dev/shoal/internal/k8stest"
+	"github.com/shoal-dev/shoal/internal/testutil"
+)
+
+var podMonitorGVR = schema.GroupVersionResource{Group: "monitoring.coreos.com", Version: "v1", Resource: "podmonitors"}
+
+// monitorPod creates a running pod labelled app=demo with a container port
+// named metrics, the way a PodMonitor selects its targets, and starts its target.
+func (k *kube) monitorPod(ns, name, ip string, port int) *target {
+	k.t.Helper()
+	tg := startTargetAt(k.t, fmt.Sprintf("%s:%d", ip, port))
+	k.createPod(&corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"app": "demo"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{
+			Name: "demo", Image: "example.invalid/demo",
+			Ports: []corev1.ContainerPort{{Name: "metrics", ContainerPort: int32(port)}},
+		}}},
+	}, ip)
+	return tg
+}
+
+const demoPodMonitor = `
+apiVersion: monitoring.coreos.com/v1
+kind: PodMonitor
+metadata: {name: demo, namespace: apps}
+spec:
+  selector: {matchLabels: {app: demo}}
+  podMetricsEndpoints:
+  - port: metrics
+    interval: 1s
+    scrapeTimeout: 1s
+%s`
+
+func (k *kube) applyPodMonitor(doc string, update bool) {
+	k.t.Helper()
+	u := &unstructured.Unstructured{}
+	if err := sigsyaml.Unmarshal([]byte(doc), &u.Object); err != nil {
+		k.t.Fatal(err)
+	}
+	r := k.dyn.Resource(podMonitorGVR).Namespace(u.GetNamespace())
+	if update {
+		cur, err := r.Get(k.t.Context(), u.GetName(), metav1.GetOptions{})
+		if err != nil {
+			k.t.Fatal(err)
+		}
+		u.SetResourceVersion(cur.GetResourceVersion())
+		if _, err := r.Update(k.t.Context(), u, metav1.UpdateOptions{}); err != nil {
+			k.t.Fatal(err)
+		}
+		return
+	}
+	if _, err := r.Create(k.t.Context(), u, metav1.CreateOptions{}); err != nil {
+		k.t.Fatal(err)
+	}
+}
+
+// TestKubernetesMonitors installs the operator's CRDs into a real API
+// server, creates a PodMonitor through the API, and runs three shoal
+// processes with --kubernetes.monitors: every pod is scraped exactly once,
+// a change of the monitor (a relabeling) reaches every replica, and once
+// the monitor is deleted its targets are scraped by nobody.
+func TestKubernetesMonitors(t *testing.T) {
+	k := startKube(t)
+	files, err := k8stest.OperatorCRDFiles()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := k.cp.InstallCRDs(t.Context(), files...); err != nil {
+		t.Fatal(err)
+	}
+	k.namespace("apps")
+	recv := startReceiver(t)
+
+	block := loopbackBlock()
+	port := commonFreePort(t, block+".11", block+".12", block+".13", block+".14")
+	var pods []*target
+	for i := 1; i <= 4; i++ {
+		pods = append(pods, k.monitorPod("apps", fmt.Sprintf("demo-%d", i), fmt.Sprintf("%s.%d", block, 10+i), port))
+	}
+	k.applyPodMonitor(fmt.Sprintf(demoPodMonitor, ""), false)
+
+	// The file's own job: a static target that keeps being scraped as a clock.
+	static := startTargets(t, 1, 0)
+	cfg := writeConfig(t, t.TempDir(), configOpts{targets: []string{static[0].addr}, remoteWriteURL: recv.writeURL()})
+	nodes := newClusterAgents(t, 3, cfg, 3)
+	for _, a := range nodes {
+		a.spec.extraArgs = append(a.spec.extraArgs, "--kubernetes.monitors", "--cluster.kubernetes.kubeconfig="+k.admin)
+	}
+	startCluster(t, nodes)
+	all := append([]*target{static[0]}, pods...)
+	waitConverged(t, nodes, all)
+	t0 := time.Now()
+	waitServed(t, all, t0, 3, convergeTimeout)
+	waitReceiverCaughtUp(t, recv, all, t0)
+	checkNoHoles(t, recv, all)
+	for _, a := range nodes {
+		active, err := a.activeTargets()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for inst, at := range active {
+			if inst != static[0].addr && at.ScrapePool != "podMonitor/apps/demo/0" {
+				t.Errorf("%s: target %s in pool %q, want podMonitor/apps/demo/0", a.spec.name, inst, at.ScrapePool)
+			}
+		}
+	}
+
+	// A relabeling added to the monitor reaches every replica.
+	k.applyPodMonitor(fmt.Sprintf(demoPodMonitor, "    relabelings: [{targetLabel: monitor_rev, replacement: \"2\", action: replace}]\n"), true)
+	testutil.Eventually(t, convergeTimeout, "the relabeling on every pod target", func() error {
+		seen := 0
+		for _, a := range nodes {
+			active, err := a.activeTargets()
+			if err != nil {
+				return err
+			}
+			for inst, at := range active {
+				if inst == static[0].addr {
+					continue
+				}
+				if at.Labels["monitor_rev"] != "2" {
+					return fmt.Errorf("%s on %s: labels %v", inst, a.spec.name, at.Labels)
+				}
+				seen++
+			}
+		}
+		if seen != len(pods) {
+			return fmt.Errorf("%d pod targets active, want %d", seen, len(pods))
+		}
+		return nil
+	})
+	waitConverged(t, nodes, all)
+
+	// Deleted: its targets stop everywhere; the file's job goes on.
+	if err := k.dyn.Resource(podMonitorGVR).Namespace("apps").Delete(t.Context(), "demo", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitConverged(t, nodes, static)
+	before := make([]int, len(pods))
+	for i, p := range pods {
+		before[i] = p.count()
+	}
+	waitServed(t, static, time.Now(), 3, convergeTimeout)
+	for i, p := range pods {
+		if n := p.count(); n != before[i] {
+			t.Errorf("%s scraped %d more times after every replica dropped the deleted monitor's job", p.addr, n-before[i])
+		}
+	}
+	recv.checkNoRejections(t)
+	for _, a := range nodes {
+		if v, err := a.metricValue("shoal_monitors_objects", map[string]string{"kind": "PodMonitor", "result": "converted"}); err != nil || v != 0 {
+			t.Errorf("%s: shoal_monitors_objects{kind=PodMonitor,result=converted} = %v, %v after the deletion; want 0", a.spec.name, v, err)
+		}
+		logData, err := os.ReadFile(a.logPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(logData), "Configuration reload failed") {
+			t.Errorf("%s: a reload failed", a.spec.name)
+		}
+	}
+}
