@@ -17,7 +17,10 @@ import (
 	"github.com/shoal-dev/shoal/internal/testutil"
 )
 
-var podMonitorGVR = schema.GroupVersionResource{Group: "monitoring.coreos.com", Version: "v1", Resource: "podmonitors"}
+var (
+	podMonitorGVR     = schema.GroupVersionResource{Group: "monitoring.coreos.com", Version: "v1", Resource: "podmonitors"}
+	serviceMonitorGVR = schema.GroupVersionResource{Group: "monitoring.coreos.com", Version: "v1", Resource: "servicemonitors"}
+)
 
 // monitorPod creates a running pod labelled app=demo with a container port
 // named metrics, the way a PodMonitor selects its targets, and starts its target.
@@ -46,13 +49,15 @@ spec:
     scrapeTimeout: 1s
 %s`
 
-func (k *kube) applyPodMonitor(doc string, update bool) {
+func (k *kube) applyPodMonitor(doc string, update bool) { k.applyMonitor(podMonitorGVR, doc, update) }
+
+func (k *kube) applyMonitor(gvr schema.GroupVersionResource, doc string, update bool) {
 	k.t.Helper()
 	u := &unstructured.Unstructured{}
 	if err := sigsyaml.Unmarshal([]byte(doc), &u.Object); err != nil {
 		k.t.Fatal(err)
 	}
-	r := k.dyn.Resource(podMonitorGVR).Namespace(u.GetNamespace())
+	r := k.dyn.Resource(gvr).Namespace(u.GetNamespace())
 	if update {
 		cur, err := r.Get(k.t.Context(), u.GetName(), metav1.GetOptions{})
 		if err != nil {
@@ -118,6 +123,42 @@ func TestKubernetesMonitors(t *testing.T) {
 				t.Errorf("%s: target %s in pool %q, want podMonitor/apps/demo/0", a.spec.name, inst, at.ScrapePool)
 			}
 		}
+	}
+
+	// Every replica names the object behind the job, and lists an object
+	// that does not convert with the reason.
+	k.applyMonitor(serviceMonitorGVR, `
+apiVersion: monitoring.coreos.com/v1
+kind: ServiceMonitor
+metadata: {name: broken, namespace: apps}
+spec:
+  selector: {matchLabels: {app: none}}
+  endpoints: [{port: http, basicAuth: {username: {name: missing, key: user}, password: {name: missing, key: pass}}}]
+`, false)
+	for _, a := range nodes {
+		testutil.Eventually(t, convergeTimeout, a.spec.name+" lists the rejected ServiceMonitor", func() error {
+			var r struct {
+				Data struct {
+					ActiveTargets []struct {
+						ScrapePool string `json:"scrapePool"`
+						Source     string `json:"source"`
+					} `json:"activeTargets"`
+					RejectedObjects []struct{ Object, Error string } `json:"rejectedObjects"`
+				} `json:"data"`
+			}
+			if err := a.getJSON("/api/v1/targets", &r); err != nil {
+				return err
+			}
+			for _, at := range r.Data.ActiveTargets {
+				if want := map[bool]string{true: "PodMonitor apps/demo"}[at.ScrapePool != "e2e"]; at.Source != want {
+					return fmt.Errorf("job %s has source %q, want %q", at.ScrapePool, at.Source, want)
+				}
+			}
+			if len(r.Data.RejectedObjects) != 1 || r.Data.RejectedObjects[0].Object != "ServiceMonitor apps/broken" || !strings.Contains(r.Data.RejectedObjects[0].Error, "missing") {
+				return fmt.Errorf("rejected objects %+v", r.Data.RejectedObjects)
+			}
+			return nil
+		})
 	}
 
 	// A relabeling added to the monitor reaches every replica.

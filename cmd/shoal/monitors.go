@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/shoal-dev/shoal/monitors"
+	"github.com/shoal-dev/shoal/web"
 )
 
 // monitorFlags configure Prometheus Operator monitors as a config source.
@@ -101,4 +102,25 @@ func (a *agent) absKubeconfig() string {
 		return a.f.kubeconfig
 	}
 	return p
+}
+
+// monitorsStatus tells the web package which object produced each
+// generated job, and which objects were rejected and why.
+func (a *agent) monitorsStatus() web.MonitorJobs {
+	r := a.monitorJobs.Load()
+	if r == nil {
+		return web.MonitorJobs{}
+	}
+	mj := web.MonitorJobs{Sources: make(map[string]string, len(r.Jobs))}
+	for _, j := range r.Jobs {
+		mj.Sources[j.Config.JobName] = j.Source.String()
+	}
+	for _, e := range r.Errors {
+		why := e.Err.Error()
+		if e.Field != "" {
+			why = e.Field + ": " + why
+		}
+		mj.Rejected = append(mj.Rejected, web.RejectedObject{Object: e.Source.String(), Error: why})
+	}
+	return mj
 }

@@ -415,6 +415,9 @@ func webOptions(a *agent, f *flags, scrapeView *lateScrape) web.Options {
 		o.Cluster = a.node
 	}
 	o.DiscoveryErrors = a.discoveryErrors
+	if f.monitors.enabled {
+		o.Monitors = a.monitorsStatus
+	}
 	o.PeerClientConfigFile = f.webClientConfigFile // the status page asks peers with these credentials
 	return o
 }
