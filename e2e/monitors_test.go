@@ -103,7 +103,7 @@ func TestKubernetesMonitors(t *testing.T) {
 
 	// The file's own job: a static target that keeps being scraped as a clock.
 	static := startTargets(t, 1, 0)
-	cfg := writeConfig(t, t.TempDir(), configOpts{targets: []string{static[0].addr}, remoteWriteURL: recv.writeURL()})
+	cfg := writeConfig(t, t.TempDir(), configOpts{targets: []string{static[0].addr}, remoteWriteURL: recv.writeURL(), defaultQueue: true})
 	nodes := newClusterAgents(t, 3, cfg, 3)
 	for _, a := range nodes {
 		a.spec.extraArgs = append(a.spec.extraArgs, "--kubernetes.monitors", "--cluster.kubernetes.kubeconfig="+k.admin)
