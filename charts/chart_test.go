@@ -520,7 +520,10 @@ func (r *rendered) checkCommon() {
 				t.Errorf("RBAC grants %q on %v; only get, list and watch are allowed", v, rule.Resources)
 			}
 		}
-		if slices.Contains(rule.Resources, "*") || slices.Contains(rule.APIGroups, "*") || slices.Contains(rule.Resources, "secrets") {
+		// Secrets only by name (monitors.enabled reads the ones monitors
+		// reference): a list or watch would hand over every Secret.
+		secretsListed := slices.Contains(rule.Resources, "secrets") && !slices.Equal(rule.Verbs, []string{"get"})
+		if slices.Contains(rule.Resources, "*") || slices.Contains(rule.APIGroups, "*") || secretsListed {
 			t.Errorf("RBAC rule too broad: %+v", rule)
 		}
 	}
@@ -584,9 +587,13 @@ func mustDuration(t *testing.T, s string) time.Duration {
 // never pass a flag the binary refuses.
 func shoalFlags(t *testing.T) map[string]bool {
 	t.Helper()
-	src, err := os.ReadFile("../cmd/shoal/main.go")
-	if err != nil {
-		t.Fatal(err)
+	var src []byte
+	for _, f := range []string{"../cmd/shoal/main.go", "../cmd/shoal/monitors.go"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		src = append(src, b...)
 	}
 	known := map[string]bool{"log.level": true, "log.format": true} // promslog's flags
 	for _, m := range regexp.MustCompile(`app\.Flag\("([a-z0-9.-]+)"`).FindAllStringSubmatch(string(src), -1) {
@@ -1025,5 +1032,57 @@ rbac:
 	r = render(t, "config: {override: \"scrape_configs:\\n  - job_name: mine\\n    static_configs: [{targets: ['a:1']}]\\n\"}\n", renderOpts{})
 	if got := jobNames(r.shoalConfig()); !slices.Equal(got, []string{"mine"}) {
 		t.Errorf("override: jobs %v, want [mine]", got)
+	}
+}
+
+func TestMonitors(t *testing.T) {
+	// Off by default: no flag, no access to monitors or Secrets.
+	r := render(t, "", renderOpts{})
+	if v := r.flag("kubernetes.monitors"); len(v) != 0 {
+		t.Errorf("--kubernetes.monitors set by default: %v", v)
+	}
+	for _, cr := range r.clusterRoles {
+		for _, rule := range cr.Rules {
+			if slices.Contains(rule.Resources, "secrets") || slices.Contains(rule.APIGroups, "monitoring.coreos.com") {
+				t.Errorf("default RBAC grants %v on %v", rule.Verbs, rule.Resources)
+			}
+		}
+	}
+
+	r = render(t, "monitors: {enabled: true, selector: 'team=obs', excludeNamespaces: [kube-system]}\nconfig: {scrapeSelf: false, scrapeAnnotatedPods: false, scrapeAnnotatedServices: false}\n", renderOpts{})
+	r.checkCommon()
+	if r.oneFlag("kubernetes.monitors") != "true" || r.oneFlag("kubernetes.monitors.selector") != "team=obs" ||
+		r.oneFlag("kubernetes.monitors.exclude-namespaces") != "kube-system" || len(r.flag("kubernetes.monitors.namespaces")) != 0 {
+		t.Errorf("monitor flags: %v", r.container().Args)
+	}
+	if len(r.clusterRoles) != 1 {
+		t.Fatalf("want one ClusterRole for monitors alone, got %d", len(r.clusterRoles))
+	}
+	grants := map[string][]string{}
+	for _, rule := range r.clusterRoles[0].Rules {
+		for _, g := range rule.APIGroups {
+			for _, res := range rule.Resources {
+				grants[g+"/"+res] = rule.Verbs
+			}
+		}
+	}
+	for _, res := range []string{"monitoring.coreos.com/servicemonitors", "monitoring.coreos.com/podmonitors", "monitoring.coreos.com/probes", "monitoring.coreos.com/scrapeconfigs", "/pods", "/services", "/endpoints", "discovery.k8s.io/endpointslices"} {
+		if !slices.Equal(grants[res], []string{"get", "list", "watch"}) {
+			t.Errorf("%s: verbs %v, want get, list, watch", res, grants[res])
+		}
+	}
+	for _, res := range []string{"/secrets", "/configmaps"} {
+		if !slices.Equal(grants[res], []string{"get"}) {
+			t.Errorf("%s: verbs %v, want get alone (the monitors' references are read one by one)", res, grants[res])
+		}
+	}
+
+	// Namespaced RBAC: the watch stays in the namespace the Role covers.
+	r = render(t, "monitors: {enabled: true}\nrbac: {namespaced: true}\n", renderOpts{})
+	if got := r.flag("kubernetes.monitors.namespaces"); !slices.Equal(got, []string{namespace}) {
+		t.Errorf("--kubernetes.monitors.namespaces = %v with rbac.namespaced, want [%s]", got, namespace)
+	}
+	if _, err := renderRaw(t, "monitors: {enabled: true, namespaces: ['']}\n", renderOpts{}); err == nil {
+		t.Error("an empty namespace name was accepted")
 	}
 }

@@ -39,6 +39,9 @@ type activeTarget struct {
 	Health             promscrape.TargetHealth `json:"health"`
 	ScrapeInterval     string                  `json:"scrapeInterval"`
 	ScrapeTimeout      string                  `json:"scrapeTimeout"`
+	// Source is the Kubernetes object the job was generated from
+	// (--kubernetes.monitors), e.g. "ServiceMonitor apps/web".
+	Source string `json:"source,omitempty"`
 }
 
 // droppedTarget extends Prometheus' dropped entry with why shoal dropped it
@@ -49,12 +52,15 @@ type droppedTarget struct {
 	ScrapeURL        string        `json:"scrapeUrl,omitempty"`
 	DropReason       string        `json:"dropReason"`
 	Owners           []string      `json:"owners,omitempty"`
+	Source           string        `json:"source,omitempty"`
 }
 
 type targetDiscovery struct {
 	ActiveTargets       []activeTarget  `json:"activeTargets"`
 	DroppedTargets      []droppedTarget `json:"droppedTargets"`
 	DroppedTargetCounts map[string]int  `json:"droppedTargetCounts"`
+	// RejectedObjects are monitor objects that produced no job, with why.
+	RejectedObjects []RejectedObject `json:"rejectedObjects,omitempty"`
 }
 
 func (h *Handler) activeTargets() []activeTarget {
@@ -63,6 +69,7 @@ func (h *Handler) activeTargets() []activeTarget {
 		return out
 	}
 	lb := labels.NewBuilder(labels.EmptyLabels())
+	sources := h.monitorJobs().Sources
 	pools := h.opts.Scrape.TargetsActive()
 	names := make([]string, 0, len(pools))
 	for p := range pools {
@@ -87,6 +94,7 @@ func (h *Handler) activeTargets() []activeTarget {
 				Health:             t.Health(),
 				ScrapeInterval:     t.GetValue(model.ScrapeIntervalLabel),
 				ScrapeTimeout:      t.GetValue(model.ScrapeTimeoutLabel),
+				Source:             sources[pool],
 			})
 		}
 	}
@@ -95,7 +103,8 @@ func (h *Handler) activeTargets() []activeTarget {
 
 func (h *Handler) apiTargets(w http.ResponseWriter, r *http.Request) {
 	state := strings.ToLower(r.URL.Query().Get("state"))
-	td := targetDiscovery{ActiveTargets: []activeTarget{}, DroppedTargets: []droppedTarget{}, DroppedTargetCounts: map[string]int{}}
+	mj := h.monitorJobs()
+	td := targetDiscovery{ActiveTargets: []activeTarget{}, DroppedTargets: []droppedTarget{}, DroppedTargetCounts: map[string]int{}, RejectedObjects: mj.Rejected}
 	if state == "" || state == "any" || state == "active" {
 		td.ActiveTargets = h.activeTargets()
 	}
@@ -112,6 +121,7 @@ func (h *Handler) apiTargets(w http.ResponseWriter, r *http.Request) {
 					ScrapeURL:        ti.ScrapeURL,
 					DropReason:       ti.DropReason,
 					Owners:           ti.Owners,
+					Source:           mj.Sources[ti.Job],
 				})
 			}
 		}

@@ -44,6 +44,8 @@ type NodeStatus struct {
 	ScrapedTargets int `json:"scrapedTargets"`
 	// DiscoveryErrors are the discovery methods failing now, if any.
 	DiscoveryErrors []discoveryerr.Error `json:"discoveryErrors,omitempty"`
+	// RejectedObjects are the monitor objects that produced no job.
+	RejectedObjects []RejectedObject `json:"rejectedObjects,omitempty"`
 	// WeighedSamplesPerSecond is, with bounded-load placement, this node's
 	// measured samples/s of the targets it scrapes as primary.
 	WeighedSamplesPerSecond float64 `json:"weighedSamplesPerSecond,omitempty"`
@@ -65,6 +67,7 @@ func (h *Handler) nodeStatus() NodeStatus {
 	if h.opts.DiscoveryErrors != nil {
 		st.DiscoveryErrors = h.opts.DiscoveryErrors()
 	}
+	st.RejectedObjects = h.monitorJobs().Rejected
 	if h.opts.Placement != nil {
 		st.WeighedSamplesPerSecond = h.opts.Placement().WeighedRate
 	}

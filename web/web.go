@@ -70,6 +70,9 @@ type Options struct {
 	// DiscoveryErrors returns the current peer and target discovery errors;
 	// nil means none are tracked.
 	DiscoveryErrors func() []discoveryerr.Error
+	// Monitors returns the jobs generated from Prometheus Operator objects
+	// and the objects rejected; nil without --kubernetes.monitors.
+	Monitors func() MonitorJobs
 	// Version is shown on the status page.
 	Version string
 	// PeerTimeout bounds each request to a peer for the cluster-wide views (default 3s).

@@ -51,6 +51,7 @@ type flags struct {
 	kubeNamespace          string
 	kubeNodeName           string
 	kubeconfig             string
+	monitors               monitorFlags
 	rejoinInterval         time.Duration
 	clusterName            string
 	secretKeyFile          string
@@ -119,6 +120,7 @@ func parseFlags(args []string) (*flags, error) {
 		Envar("NODE_NAME").Default("").StringVar(&f.kubeNodeName)
 	app.Flag("cluster.kubernetes.kubeconfig", "Kubeconfig file for --cluster.kubernetes.label-selector, for a shoal outside the cluster (default: the in-cluster service account). Its context's namespace is the default of --cluster.kubernetes.namespace.").
 		Default("").StringVar(&f.kubeconfig)
+	addMonitorFlags(app, &f.monitors)
 	app.Flag("cluster.rejoin-interval", "Re-resolve peers and rejoin this often, healing a split brain; 0 disables.").
 		Default("60s").DurationVar(&f.rejoinInterval)
 	app.Flag("cluster.name", "Cluster name, gossiped as the memberlist label: clusters with different names never merge.").

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -34,6 +35,7 @@ import (
 
 	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/discoveryerr"
+	"github.com/shoal-dev/shoal/monitors"
 	"github.com/shoal-dev/shoal/placement"
 	"github.com/shoal-dev/shoal/remotewrite"
 	"github.com/shoal-dev/shoal/ring"
@@ -77,6 +79,10 @@ type agent struct {
 	reloadFailures    prometheus.Counter
 
 	replaying atomic.Pointer[string] // "segment k of n" while the WAL replays
+
+	// monitorJobs is the last conversion of the monitor objects, merged
+	// into every (re)load; nil without --kubernetes.monitors.
+	monitorJobs atomic.Pointer[monitors.Result]
 }
 
 // run starts the agent and blocks until ctx is cancelled (SIGTERM in main),
@@ -295,6 +301,11 @@ func run(ctx context.Context, f *flags) error {
 	if a.node == nil {
 		a.filter.SetRing(nil, f.nodeName, f.replicationFactor, true)
 	}
+	monWatcher, err := a.newMonitorWatcher()
+	if err != nil {
+		discoveryCancel()
+		return badConfig(err)
+	}
 	// With clustering, followRing turns this node into a participant once the
 	// cluster is ready (wait-for-size): until then it stays a viewer, off
 	// every ring, so that no peer hands it targets it would not scrape.
@@ -362,6 +373,10 @@ func run(ctx context.Context, f *flags) error {
 			rwCancel()
 		})
 	}
+	if monWatcher != nil {
+		monCtx, monCancel := context.WithCancel(ctx)
+		g.Add(func() error { a.runMonitors(monCtx, monWatcher); return nil }, func(error) { monCancel() })
+	}
 	if a.node != nil {
 		clusterCtx, clusterCancel := context.WithCancel(ctx)
 		g.Add(func() error {
@@ -400,6 +415,9 @@ func webOptions(a *agent, f *flags, scrapeView *lateScrape) web.Options {
 		o.Cluster = a.node
 	}
 	o.DiscoveryErrors = a.discoveryErrors
+	if f.monitors.enabled {
+		o.Monitors = a.monitorsStatus
+	}
 	o.PeerClientConfigFile = f.webClientConfigFile // the status page asks peers with these credentials
 	return o
 }
@@ -634,16 +652,24 @@ func (a *agent) applyConfig(cfg *config.Config) error {
 
 // reload reads the config file again; a file that does not load is refused
 // and the running configuration stays.
-func (a *agent) reload() error {
+func (a *agent) reload() error { return a.reloadFor("") }
+
+// reloadFor is reload, logged with why when something other than a signal
+// or the API asked for it.
+func (a *agent) reloadFor(why string) error {
 	a.reloadMu.Lock()
 	defer a.reloadMu.Unlock()
 	if !a.configLoaded.Load() {
 		// The components do not exist yet; the file is read when they do.
 		return errors.New("still starting: the configuration file is read once the WAL is replayed")
 	}
-	a.logger.Info("Loading configuration file", "filename", a.f.configFile)
+	a.logger.Info("Loading configuration file", "filename", a.f.configFile, "reason", cmp.Or(why, "reload requested"))
 	cfg, err := loadConfig(a.f.configFile, a.logger)
 	if err == nil {
+		err = monitors.Merge(cfg, a.monitorJobs.Load(), a.absKubeconfig())
+	}
+	if err == nil {
+		applyScrapeDefaults(cfg)
 		err = a.applyConfig(cfg)
 	}
 	if err != nil {
