@@ -75,6 +75,7 @@ $(HELM):
 # helm lint on the chart with its defaults and with every optional part on.
 lint-chart: $(HELM)
 	$(HELM) lint --strict charts/shoal
+	$(HELM) lint --strict charts/shoal --set controller.type=daemonset
 	$(HELM) lint --strict charts/shoal --set controller.type=deployment,autoscaling.enabled=true,rbac.namespaced=true,serviceMonitor.enabled=true,prometheusRule.enabled=true,cluster.gossipKey.existingSecret=key,remoteWrite[0].url=https://x.example/write
 
 # kube-apiserver for test-k8s, built once from the Go module proxy into a

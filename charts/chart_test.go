@@ -89,6 +89,7 @@ type rendered struct {
 
 	statefulSets    []*appsv1.StatefulSet
 	deployments     []*appsv1.Deployment
+	daemonSets      []*appsv1.DaemonSet
 	services        []*corev1.Service
 	configMaps      []*corev1.ConfigMap
 	secrets         []*corev1.Secret
@@ -225,6 +226,10 @@ func (r *rendered) decode(file, doc string) {
 		o := &appsv1.Deployment{}
 		strict(o)
 		r.deployments = append(r.deployments, o)
+	case "apps/v1/DaemonSet":
+		o := &appsv1.DaemonSet{}
+		strict(o)
+		r.daemonSets = append(r.daemonSets, o)
 	case "v1/Service":
 		o := &corev1.Service{}
 		strict(o)
@@ -281,13 +286,15 @@ func (r *rendered) decode(file, doc string) {
 // pod returns the pod template of the single workload.
 func (r *rendered) pod() *corev1.PodTemplateSpec {
 	r.t.Helper()
-	switch {
-	case len(r.statefulSets) == 1 && len(r.deployments) == 0:
+	switch n := len(r.statefulSets) + len(r.deployments) + len(r.daemonSets); {
+	case n == 1 && len(r.statefulSets) == 1:
 		return &r.statefulSets[0].Spec.Template
-	case len(r.deployments) == 1 && len(r.statefulSets) == 0:
+	case n == 1 && len(r.deployments) == 1:
 		return &r.deployments[0].Spec.Template
+	case n == 1 && len(r.daemonSets) == 1:
+		return &r.daemonSets[0].Spec.Template
 	}
-	r.t.Fatalf("want exactly one workload, got %d StatefulSets and %d Deployments", len(r.statefulSets), len(r.deployments))
+	r.t.Fatalf("want exactly one workload, got %d StatefulSets, %d Deployments and %d DaemonSets", len(r.statefulSets), len(r.deployments), len(r.daemonSets))
 	return nil
 }
 
@@ -981,9 +988,47 @@ func TestChecksumFollowsConfig(t *testing.T) {
 	}
 }
 
+// A DaemonSet: one replica per node, the WAL in an emptyDir, no cluster
+// size to wait for, and pod targets scraped by the replica on their node.
+func TestDaemonSet(t *testing.T) {
+	r := render(t, "controller: {type: daemonset}\n", renderOpts{})
+	r.checkCommon()
+	if len(r.daemonSets) != 1 || len(r.statefulSets)+len(r.deployments) != 0 {
+		t.Fatalf("want one DaemonSet only, got %d DaemonSets, %d StatefulSets, %d Deployments", len(r.daemonSets), len(r.statefulSets), len(r.deployments))
+	}
+	if m, ok := r.mountOf(r.oneFlag("storage.path")); !ok || r.volume(m.Name).EmptyDir == nil {
+		t.Errorf("--storage.path=%s is not an emptyDir", r.oneFlag("storage.path"))
+	}
+	if r.oneFlag("cluster.wait-for-size") != "0" {
+		t.Errorf("--cluster.wait-for-size=%s, want 0 (a DaemonSet's size is the node count)", r.oneFlag("cluster.wait-for-size"))
+	}
+	cfg := r.shoalConfig()
+	for _, sc := range cfg.ScrapeConfigs {
+		nodeLocal := false
+		for _, rc := range sc.RelabelConfigs {
+			if rc.TargetLabel == "__shoal_sharding__" && rc.Replacement == "node-local" {
+				nodeLocal = true
+			}
+		}
+		pods := sc.JobName == "shoal" || sc.JobName == "kubernetes-pods"
+		if nodeLocal != pods {
+			t.Errorf("job %s: node-local %v, want %v (pod targets only)", sc.JobName, nodeLocal, pods)
+		}
+	}
+	// The other controllers keep the ring for every job.
+	for _, sc := range render(t, "", renderOpts{}).shoalConfig().ScrapeConfigs {
+		for _, rc := range sc.RelabelConfigs {
+			if rc.TargetLabel == "__shoal_sharding__" {
+				t.Errorf("StatefulSet: job %s sets __shoal_sharding__", sc.JobName)
+			}
+		}
+	}
+}
+
 func TestSchemaRefusesBadValues(t *testing.T) {
 	for _, v := range []string{
-		"controller: {type: daemonset}\n",
+		"controller: {type: replicaset}\n",
+		"controller: {type: daemonset}\nautoscaling: {enabled: true}\n",
 		"cluster: {waitForSize: -1}\n",
 		"cluster: {waitTimeout: soon}\n",
 		"storage: {path: relative/dir}\n",

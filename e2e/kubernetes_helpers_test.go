@@ -340,6 +340,11 @@ func (k *kube) workload(namespace, fullname string) shoalWorkload {
 	} else if !apierrors.IsNotFound(err) {
 		k.t.Fatal(err)
 	}
+	if ds, err := k.cp.Client.AppsV1().DaemonSets(namespace).Get(ctx, fullname, metav1.GetOptions{}); err == nil {
+		return shoalWorkload{namespace: namespace, template: ds.Spec.Template, fullname: fullname}
+	} else if !apierrors.IsNotFound(err) {
+		k.t.Fatal(err)
+	}
 	dep, err := k.cp.Client.AppsV1().Deployments(namespace).Get(ctx, fullname, metav1.GetOptions{})
 	if err != nil {
 		k.t.Fatalf("the chart's workload %s/%s: %v", namespace, fullname, err)

@@ -38,6 +38,7 @@ func TestKubernetesChart(t *testing.T) {
 		{"defaults", nil},
 		{"deployment", []string{"controller.type=deployment"}},
 		{"namespaced", []string{"rbac.namespaced=true"}},
+		{"daemonset", []string{"controller.type=daemonset"}},
 		{"deployment-namespaced-autoscaling", []string{"controller.type=deployment,rbac.namespaced=true,autoscaling.enabled=true,config.scrapeAnnotatedServices=false"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -55,9 +55,12 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- if .Values.autoscaling.enabled -}}{{ .Values.autoscaling.minReplicas }}{{- else -}}{{ .Values.controller.replicas }}{{- end -}}
 {{- end -}}
 
-{{/* --cluster.wait-for-size: the value, or the replica count when null. */}}
+{{/* --cluster.wait-for-size: the value, or the replica count when null (0
+with a DaemonSet, whose size is the node count, unknown here). */}}
 {{- define "shoal.waitForSize" -}}
-{{- if kindIs "invalid" .Values.cluster.waitForSize -}}
+{{- if and (kindIs "invalid" .Values.cluster.waitForSize) (eq .Values.controller.type "daemonset") -}}
+0
+{{- else if kindIs "invalid" .Values.cluster.waitForSize -}}
 {{- include "shoal.replicas" . -}}
 {{- else -}}
 {{- .Values.cluster.waitForSize -}}
@@ -132,6 +135,11 @@ scrape_configs:
         target_label: namespace
       - source_labels: [__meta_kubernetes_pod_name]
         target_label: pod
+{{- if eq .Values.controller.type "daemonset" }}
+      # DaemonSet: the replica on the pod's node scrapes it.
+      - target_label: __shoal_sharding__
+        replacement: node-local
+{{- end }}
 {{- end }}
 {{- if .Values.config.scrapeAnnotatedPods }}
   # Pods annotated prometheus.io/scrape: "true".
@@ -164,6 +172,11 @@ scrape_configs:
         target_label: namespace
       - source_labels: [__meta_kubernetes_pod_name]
         target_label: pod
+{{- if eq .Values.controller.type "daemonset" }}
+      # DaemonSet: the replica on the pod's node scrapes it.
+      - target_label: __shoal_sharding__
+        replacement: node-local
+{{- end }}
 {{- end }}
 {{- if .Values.config.scrapeAnnotatedServices }}
   # Endpoints of services annotated prometheus.io/scrape: "true".
