@@ -259,31 +259,7 @@ func TestScrapeBadInput(t *testing.T) {
 
 	// The good targets lose nothing while the bad ones fail beside them.
 	waitServed(t, good, time.Now(), 5, startTimeout)
-	served := map[string]int{}
-	for _, tg := range good {
-		served[tg.addr] = tg.count()
-	}
-	eventually(t, convergeTimeout, "receiver has every good counter value", func() error {
-		vals, err := recv.counterValues()
-		if err != nil {
-			return err
-		}
-		for _, tg := range good {
-			if got := maxValue(vals[tg.addr]); got < served[tg.addr] {
-				return fmt.Errorf("%s: receiver has counter up to %d, target served %d", tg.addr, got, served[tg.addr])
-			}
-		}
-		return nil
-	})
-	vals, err := recv.counterValues()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, tg := range good {
-		if missing, err := missingValues(vals[tg.addr], served[tg.addr]); err != nil || len(missing) > 0 {
-			t.Errorf("good target %s: values %v missing (%v)", tg.addr, missing, err)
-		}
-	}
+	checkServedArrived(t, recv, good)
 
 	// At the receiver: up=0 for the failing targets, up=1 and the good part
 	// of the scrape for those that only lost samples.

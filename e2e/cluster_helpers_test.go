@@ -207,3 +207,39 @@ func waitReceiverCaughtUp(t testing.TB, tr *testReceiver, targets []*target, t0 
 		return nil
 	})
 }
+
+// checkServedArrived snapshots how many scrapes each target has served and
+// checks that the receiver gets every counter value 1..that count, none
+// missing.
+func checkServedArrived(t *testing.T, recv *testReceiver, targets []*target) {
+	t.Helper()
+	served := map[string]int{}
+	for _, tg := range targets {
+		served[tg.addr] = tg.count()
+	}
+	eventually(t, convergeTimeout, "receiver has every served counter value", func() error {
+		vals, err := recv.counterValues()
+		if err != nil {
+			return err
+		}
+		for _, tg := range targets {
+			if got := maxValue(vals[tg.addr]); got < served[tg.addr] {
+				return fmt.Errorf("%s: receiver has counter up to %d, target served %d", tg.addr, got, served[tg.addr])
+			}
+		}
+		return nil
+	})
+	vals, err := recv.counterValues()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tg := range targets {
+		missing, err := missingValues(vals[tg.addr], served[tg.addr])
+		if err != nil {
+			t.Errorf("%s: %v", tg.addr, err)
+		}
+		if len(missing) > 0 {
+			t.Errorf("%s: counter values %v of 1..%d never arrived", tg.addr, missing, served[tg.addr])
+		}
+	}
+}

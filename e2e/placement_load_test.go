@@ -158,25 +158,12 @@ func waitBalanced(t *testing.T, nodes []*agent, targets []*target, size map[stri
 	return spread
 }
 
-// TestPlacementBoundedSkewedLoad: 4 nodes, 80 targets of 9 samples per
-// scrape and 3 of 450. Once the owners have published their targets'
-// weights, the samples/s per node are within the bound; the weight-driven
-// moves and then a rolling restart hand targets off with no gap over the
-// hand-off bound, nothing scraped twice, and no refusal at the receiver.
-//
-// It is skipped unless SHOAL_E2E_BOUNDED=1: the balance holds in every run,
-// but 9 of 13 runs on the shared 2-core machine ended with a
-// hand-off failure during the rolling restart (nodes place different
-// generations for longer than --cluster.handoff-delay, so a gained target
-// starts while its old owner still scrapes it, or a hold waits for a
-// peer's next fence until --cluster.handoff-timeout). docs/DESIGN.md,
-// "Placement", says what is known; --cluster.placement=bounded is not the
-// default until this test passes reliably.
-func TestPlacementBoundedSkewedLoad(t *testing.T) {
+// startBounded starts 4 nodes with --cluster.placement=bounded over 80
+// targets of 9 samples per scrape and 3 of 450, and waits until the owners'
+// published weights balance them.
+func startBounded(t *testing.T) (*handoffRun, []*target, map[string]int) {
+	t.Helper()
 	needBinary(t)
-	if os.Getenv("SHOAL_E2E_BOUNDED") != "1" {
-		t.Skip("bounded placement hand-off is not reliable yet; set SHOAL_E2E_BOUNDED=1 to run (see docs/DESIGN.md, Placement)")
-	}
 	small := startTargets(t, smallTargets, smallLoad)
 	large := startTargets(t, largeTargets, largeLoad)
 	targets := append(slices.Clone(small), large...)
@@ -200,7 +187,6 @@ func TestPlacementBoundedSkewedLoad(t *testing.T) {
 	began := time.Now()
 	waitServed(t, targets, began, 2, convergeTimeout)
 	h := &handoffRun{t: t, targets: targets, recv: recv, nodes: nodes, began: began, failed: map[string]float64{}}
-
 	waitBalanced(t, nodes, targets, size)
 	moved := 0.0
 	for _, a := range nodes {
@@ -211,13 +197,39 @@ func TestPlacementBoundedSkewedLoad(t *testing.T) {
 		moved += v
 	}
 	t.Logf("targets moved by the published weights: %v", moved)
+	return h, targets, size
+}
 
-	for _, a := range nodes {
+// TestPlacementBoundedBalance: once the owners have published their
+// targets' weights, the samples/s per node are within the bound, and the
+// weight-driven moves hand targets off with no gap over the hand-off bound,
+// nothing scraped twice and no refusal at the receiver.
+func TestPlacementBoundedBalance(t *testing.T) {
+	h, _, _ := startBounded(t)
+	h.finish(true)
+}
+
+// TestPlacementBoundedRollingRestart: a rolling restart under the bounded
+// placement keeps the balance and the hand-off guarantees.
+//
+// Issue 11 is open on this: it runs only with SHOAL_E2E_BOUNDED=1, because 9
+// of 13 runs on the shared 2-core machine ended with a hand-off failure
+// during the restart (nodes place different generations for longer than
+// --cluster.handoff-delay, so a gained target starts while its old owner
+// still scrapes it, or a hold waits for a peer's next fence until
+// --cluster.handoff-timeout). docs/DESIGN.md, "Placement", says what is
+// known; --cluster.placement=bounded is not the default until this passes.
+func TestPlacementBoundedRollingRestart(t *testing.T) {
+	if os.Getenv("SHOAL_E2E_BOUNDED") != "1" {
+		t.Skip("issue 11 (open): the bounded placement's hand-off during a rolling restart is not reliable yet; SHOAL_E2E_BOUNDED=1 runs it (docs/DESIGN.md, Placement)")
+	}
+	h, targets, size := startBounded(t)
+	for _, a := range h.nodes {
 		h.stop(a)
 		a.start()
 		a.waitReady(startTimeout)
-		waitConverged(t, nodes, targets)
+		waitConverged(t, h.nodes, targets)
 	}
-	waitBalanced(t, nodes, targets, size)
+	waitBalanced(t, h.nodes, targets, size)
 	h.finish(true)
 }

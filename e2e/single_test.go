@@ -89,35 +89,7 @@ func TestSingleReplica(t *testing.T) {
 	// Every scrape served before t1 arrives: the counter values 1..count
 	// without holes. A scrape that failed would show as up=0 and is
 	// checked below.
-	served := map[string]int{}
-	for _, tg := range targets {
-		served[tg.addr] = tg.count()
-	}
-	eventually(t, convergeTimeout, "receiver has every served counter value", func() error {
-		vals, err := recv.counterValues()
-		if err != nil {
-			return err
-		}
-		for _, tg := range targets {
-			if got := maxValue(vals[tg.addr]); got < served[tg.addr] {
-				return fmt.Errorf("%s: receiver has counter up to %d, target served %d", tg.addr, got, served[tg.addr])
-			}
-		}
-		return nil
-	})
-	vals, err := recv.counterValues()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, tg := range targets {
-		missing, err := missingValues(vals[tg.addr], served[tg.addr])
-		if err != nil {
-			t.Errorf("%s: %v", tg.addr, err)
-		}
-		if len(missing) > 0 {
-			t.Errorf("%s: counter values %v of 1..%d never arrived", tg.addr, missing, served[tg.addr])
-		}
-	}
+	checkServedArrived(t, recv, targets)
 
 	// up is 1 for every target, in every sample.
 	ups, err := recv.seriesOf("up")
@@ -178,7 +150,7 @@ func TestSingleReplica(t *testing.T) {
 		before[tg.addr] = tg.count()
 	}
 	a.stop()
-	vals, err = recv.counterValues()
+	vals, err := recv.counterValues()
 	if err != nil {
 		t.Fatal(err)
 	}
