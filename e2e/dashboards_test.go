@@ -127,7 +127,7 @@ func TestDashboardsAndAlerts(t *testing.T) {
 		}
 		missing = missing[:0]
 		for name, where := range used {
-			if !exported[name] && !refusalOnly(t, name) {
+			if !exported[name] && !refusalOnly(t, name) && !monitorsOnly(t, name) {
 				missing = append(missing, fmt.Sprintf("%s uses %s", where, name))
 			}
 		}
@@ -328,6 +328,19 @@ func refusalOnly(t *testing.T, name string) bool {
 		return false
 	}
 	src, err := os.ReadFile("../remotewrite/metrics.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Contains(string(src), `Name: "`+name+`"`)
+}
+
+// monitorsOnly says whether name is a family of the monitor watcher, which
+// exists only with --kubernetes.monitors (these agents run without it).
+func monitorsOnly(t *testing.T, name string) bool {
+	if !strings.HasPrefix(name, "shoal_monitors_") {
+		return false
+	}
+	src, err := os.ReadFile("../monitors/watch.go")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -47,7 +47,8 @@ func TestRulesFileIsValid(t *testing.T) {
 	}
 	for _, want := range append(slices.Clone(alloyAlerts),
 		"ShoalTargetsOrphaned", "ShoalTargetsDuplicated", "ShoalLoadSkew",
-		"ShoalRemoteWriteBehind", "ShoalWALCorruption", "ShoalSamplesDropped") {
+		"ShoalRemoteWriteBehind", "ShoalWALCorruption", "ShoalSamplesDropped",
+		"ShoalConfigReloadFailed", "ShoalWALUnwritable", "ShoalPeerDiscoveryFailing", "ShoalMonitorsWatchFailing") {
 		if !slices.Contains(names, want) {
 			t.Errorf("no alert %s", want)
 		}
@@ -74,6 +75,9 @@ func healthyCluster() map[string]string {
 		s[`shoal_ring_ownership_ratio{`+l+`}`] = fmt.Sprintf("%.3fx60", []float64{0.31, 0.35, 0.34}[i])
 		s[`shoal_wal_samples_appended_total{`+l+`, type="float"}`] = "0+600x60" // 10/s
 		s[`shoal_wal_write_failures_total{`+l+`}`] = "0x60"
+		s[`shoal_wal_writable{`+l+`}`] = "1x60"
+		s[`shoal_cluster_discovery_errors_total{`+l+`, method="dns"}`] = "0x60"
+		s[`shoal_monitors_watch_errors_total{`+l+`, kind="ScrapeConfig"}`] = "0x60"
 		s[`shoal_wal_segments_dropped_unsent_total{`+l+`}`] = "0x60"
 		s[`shoal_wal_corruptions_repaired_total{`+l+`}`] = "0x60"
 		s[`shoal_remotewrite_wal_read_errors_total{`+l+`, remote_name="r"}`] = "0x60"
@@ -181,6 +185,27 @@ func TestAlertsFire(t *testing.T) {
 		{"configuration refused", func(s map[string]string) {
 			s[`shoal_config_last_reload_successful{`+n2+`}`] = "0x60"
 		}, 30 * time.Minute, []string{"ShoalConfigReloadFailed"}},
+		{"configuration refused once, then accepted", func(s map[string]string) {
+			s[`shoal_config_last_reload_successful{`+n2+`}`] = "1x10 0x5 1x45"
+		}, 30 * time.Minute, nil},
+		{"WAL unwritable", func(s map[string]string) {
+			s[`shoal_wal_writable{`+n2+`}`] = "1x10 0x50"
+		}, 30 * time.Minute, []string{"ShoalWALUnwritable"}},
+		{"WAL unwritable until the next reopen", func(s map[string]string) {
+			s[`shoal_wal_writable{`+n2+`}`] = "1x10 0x2 1x48"
+		}, 30 * time.Minute, nil},
+		{"peer discovery failing", func(s map[string]string) {
+			s[`shoal_cluster_discovery_errors_total{`+n2+`, method="dns"}`] = "0x10 0+1x50"
+		}, 40 * time.Minute, []string{"ShoalPeerDiscoveryFailing"}},
+		{"one failed peer look-up", func(s map[string]string) {
+			s[`shoal_cluster_discovery_errors_total{`+n2+`, method="dns"}`] = "0x10 1x50"
+		}, 30 * time.Minute, nil},
+		{"a monitor kind cannot be listed", func(s map[string]string) {
+			s[`shoal_monitors_watch_errors_total{`+n2+`, kind="ScrapeConfig"}`] = "0x10 0+2x50"
+		}, 40 * time.Minute, []string{"ShoalMonitorsWatchFailing"}},
+		{"one failed watch of monitors", func(s map[string]string) {
+			s[`shoal_monitors_watch_errors_total{`+n2+`, kind="ScrapeConfig"}`] = "0x10 1x50"
+		}, 30 * time.Minute, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := healthyCluster()
