@@ -1,6 +1,8 @@
 package cluster
 
 import (
+	"fmt"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -20,6 +22,15 @@ type metrics struct {
 	weightsStateBytes prometheus.Gauge
 	weightsSends      *prometheus.CounterVec
 	badWeights        prometheus.Counter
+
+	// registered are the collectors newMetrics registered, each with the
+	// registerer it went to, so that unregister removes exactly those.
+	registered []registered
+}
+
+type registered struct {
+	reg prometheus.Registerer
+	c   prometheus.Collector
 }
 
 // eventNodeConflict counts, in cluster_node_gossip_received_events_total,
@@ -30,7 +41,10 @@ const eventNodeConflict = "node_conflict"
 // read at scrape time through the given functions. Every cluster_* series
 // carries a constant cluster_name label (--cluster.name, possibly empty), as
 // Grafana Alloy's do, so that its clustering dashboards work on shoal.
-func newMetrics(reg prometheus.Registerer, clusterName string, lamport, health, alive func() float64) *metrics {
+// A nil reg registers nothing; a registration error unregisters what was
+// registered and is returned, so that a node can be created again on the
+// same registry once the previous one has shut down.
+func newMetrics(reg prometheus.Registerer, clusterName string, lamport, health, alive func() float64) (*metrics, error) {
 	m := &metrics{
 		info: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "cluster_node_info",
@@ -104,26 +118,43 @@ func newMetrics(reg prometheus.Registerer, clusterName string, lamport, health, 
 	}
 	m.joins.WithLabelValues("success")
 	m.joins.WithLabelValues("failure")
-	if reg != nil {
-		reg.MustRegister(m.refused, m.badMeta, m.discoveryErrs, m.joins,
-			m.weightsPublished, m.weightsStateBytes, m.weightsSends, m.badWeights)
-		prometheus.WrapRegistererWith(prometheus.Labels{"cluster_name": clusterName}, reg).MustRegister(
-			m.info, m.peers, m.receivedEvents, m.broadcasts, m.ready, m.minimumSize,
-			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-				Name: "cluster_node_lamport_time",
-				Help: "This node's lamport clock.",
-			}, lamport),
-			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-				Name: "cluster_node_gossip_health_score",
-				Help: "memberlist's awareness health score; 0 is healthy, higher means this node is failing to keep up.",
-			}, health),
-			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-				Name: "cluster_node_gossip_alive_peers",
-				Help: "Members memberlist considers alive (suspect included), this node included.",
-			}, alive),
-		)
+	if reg == nil {
+		return m, nil
 	}
-	return m
+	named := prometheus.WrapRegistererWith(prometheus.Labels{"cluster_name": clusterName}, reg)
+	for _, r := range []registered{
+		{reg, m.refused}, {reg, m.badMeta}, {reg, m.discoveryErrs}, {reg, m.joins},
+		{reg, m.weightsPublished}, {reg, m.weightsStateBytes}, {reg, m.weightsSends}, {reg, m.badWeights},
+		{named, m.info}, {named, m.peers}, {named, m.receivedEvents}, {named, m.broadcasts},
+		{named, m.ready}, {named, m.minimumSize},
+		{named, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "cluster_node_lamport_time",
+			Help: "This node's lamport clock.",
+		}, lamport)},
+		{named, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "cluster_node_gossip_health_score",
+			Help: "memberlist's awareness health score; 0 is healthy, higher means this node is failing to keep up.",
+		}, health)},
+		{named, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "cluster_node_gossip_alive_peers",
+			Help: "Members memberlist considers alive (suspect included), this node included.",
+		}, alive)},
+	} {
+		if err := r.reg.Register(r.c); err != nil {
+			m.unregister()
+			return nil, fmt.Errorf("cluster: registering metrics: %w", err)
+		}
+		m.registered = append(m.registered, r)
+	}
+	return m, nil
+}
+
+// unregister removes every collector newMetrics registered.
+func (m *metrics) unregister() {
+	for _, r := range m.registered {
+		r.reg.Unregister(r.c)
+	}
+	m.registered = nil
 }
 
 // setState exposes a single cluster_node_info series, for the current state.

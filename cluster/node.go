@@ -89,7 +89,8 @@ type Node struct {
 }
 
 // New validates cfg and prepares a Node; nothing is bound until Start. The
-// node starts as a Viewer. reg may be nil.
+// node starts as a Viewer. Its metrics are registered on reg (which may be
+// nil) and unregistered by Shutdown; a registration error is returned.
 func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Node, error) {
 	listenIP, listenPort, specs, err := cfg.normalize()
 	if err != nil {
@@ -134,7 +135,7 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Node, err
 		}
 		n.disc.kube, n.disc.namespace, n.disc.selector = kc, ns, cfg.KubernetesLabelSelector
 	}
-	n.metrics = newMetrics(reg, cfg.ClusterName,
+	n.metrics, err = newMetrics(reg, cfg.ClusterName,
 		func() float64 { return float64(n.lamport.Load()) },
 		func() float64 {
 			if ml := n.memberlist(); ml != nil {
@@ -149,6 +150,9 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Node, err
 			return 0
 		},
 	)
+	if err != nil {
+		return nil, err
+	}
 	n.metrics.setState(Viewer)
 	n.metrics.minimumSize.Set(float64(cfg.WaitForSize))
 	n.updatePeerMetrics()
@@ -641,8 +645,9 @@ func (n *Node) Leave(timeout time.Duration) error {
 	return nil
 }
 
-// Shutdown stops the rejoin loop and the gossip listener. Without a prior
-// Leave, peers declare this node dead after their failure detection.
+// Shutdown stops the rejoin loop and the gossip listener and unregisters the
+// node's metrics. Without a prior Leave, peers declare this node dead after
+// their failure detection.
 func (n *Node) Shutdown() error {
 	n.mu.Lock()
 	if n.stopped {
@@ -660,6 +665,7 @@ func (n *Node) Shutdown() error {
 		cancel()
 	}
 	n.wg.Wait()
+	defer n.metrics.unregister()
 	if ml == nil {
 		return nil
 	}
