@@ -184,7 +184,7 @@ func TestGossipBadInput(t *testing.T) {
 	b.SetState(Participant)
 	both := []testNode{a, b}
 	want := "node-01=participant,node-02=participant"
-	eventually(t, 10*time.Second, "cluster formed", converged(both, want))
+	testutil.Eventually(t, 10*time.Second, "cluster formed", converged(both, want))
 
 	good := wire{label: "prod", key: key}
 	if err := pingAnswered(t, good, tn.addr(1)); err != nil {
@@ -321,7 +321,7 @@ func TestGossipBadInput(t *testing.T) {
 	meta.set(Participant)
 	flapper.UpdateNode(0)
 	withFlapper := "flapper=participant,node-01=participant,node-02=participant"
-	eventually(t, 15*time.Second, "flapper's last state wins", converged(both, withFlapper))
+	testutil.Eventually(t, 15*time.Second, "flapper's last state wins", converged(both, withFlapper))
 	if got := eventValue(t, a, "update"); got-updates < 2 {
 		t.Errorf("flapping counted as %v update events", got-updates)
 	}
@@ -331,7 +331,7 @@ func TestGossipBadInput(t *testing.T) {
 	flapper.Shutdown()
 
 	// The node kept its view and its health, and still answers.
-	eventually(t, 15*time.Second, "view kept", converged(both, want))
+	testutil.Eventually(t, 15*time.Second, "view kept", converged(both, want))
 	testutil.Eventually(t, 15*time.Second, "healthy", func() error {
 		if h := a.memberlist().GetHealthScore(); h != 0 {
 			return fmt.Errorf("health score %d", h)

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+
+	"github.com/shoal-dev/shoal/internal/testutil"
 )
 
 // TestConvergence measures how long it takes from the first Start until
@@ -77,7 +79,7 @@ func measureConvergence(t *testing.T, size int, timing func(*memberlist.Config))
 	}
 	wg.Wait()
 	started := time.Since(begin)
-	eventually(t, 120*time.Second, "converged", converged(nodes, expectView(allStates(nodes, Participant))))
+	testutil.Eventually(t, 120*time.Second, "converged", converged(nodes, expectView(allStates(nodes, Participant))))
 	took := time.Since(begin)
 
 	// Steady-state CPU of the whole test process (all nodes together).

@@ -9,12 +9,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
+	promtestutil "github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/shoal-dev/shoal/discoveryerr"
+	"github.com/shoal-dev/shoal/internal/testutil"
 )
 
 // Every join form, end to end: three nodes that know each other only
@@ -64,7 +65,7 @@ func TestDNSDiscoveryForms(t *testing.T) {
 				nodes = append(nodes, startNode(t, cfg))
 				nodes[i-1].SetState(Participant)
 			}
-			eventually(t, 15*time.Second, "converged through DNS", converged(nodes, expectView(allStates(nodes, Participant))))
+			testutil.Eventually(t, 15*time.Second, "converged through DNS", converged(nodes, expectView(allStates(nodes, Participant))))
 		})
 	}
 }
@@ -79,7 +80,7 @@ func TestDiscoverySkipsSelf(t *testing.T) {
 	cfg.Resolver = ResolverFor(d.addr)
 	n := startNode(t, cfg)
 	for _, r := range []string{"success", "failure"} {
-		if got := testutil.ToFloat64(n.metrics.joins.WithLabelValues(r)); got != 0 {
+		if got := promtestutil.ToFloat64(n.metrics.joins.WithLabelValues(r)); got != 0 {
 			t.Errorf("join attempts{result=%s} = %v, want 0", r, got)
 		}
 	}
@@ -98,14 +99,14 @@ func TestDiscoveryErrorIsCountedAndSkipped(t *testing.T) {
 	cfg.Join = []string{"missing.shoal.test:" + strconv.Itoa(tn.port), "dnssrv+_x._tcp.missing.shoal.test", tn.addr(1)}
 	cfg.Resolver = ResolverFor(d.addr)
 	second := startNode(t, cfg)
-	if got := testutil.ToFloat64(second.metrics.discoveryErrs.WithLabelValues("dns")); got != 1 {
+	if got := promtestutil.ToFloat64(second.metrics.discoveryErrs.WithLabelValues("dns")); got != 1 {
 		t.Errorf("discovery errors{method=dns} = %v, want 1", got)
 	}
-	if got := testutil.ToFloat64(second.metrics.discoveryErrs.WithLabelValues("dnssrv")); got != 1 {
+	if got := promtestutil.ToFloat64(second.metrics.discoveryErrs.WithLabelValues("dnssrv")); got != 1 {
 		t.Errorf("discovery errors{method=dnssrv} = %v, want 1", got)
 	}
 	nodes := []testNode{first, second}
-	eventually(t, 10*time.Second, "joined the good entry", converged(nodes, expectView(allStates(nodes, Viewer))))
+	testutil.Eventually(t, 10*time.Second, "joined the good entry", converged(nodes, expectView(allStates(nodes, Viewer))))
 }
 
 // Two halves formed apart merge once DNS lists both and the rejoin interval
@@ -130,8 +131,8 @@ func TestSplitBrainHeals(t *testing.T) {
 		nodes[i-1].SetState(Participant)
 	}
 	halfA, halfB := nodes[:2], nodes[2:]
-	eventually(t, 10*time.Second, "half A formed", converged(halfA, expectView(allStates(halfA, Participant))))
-	eventually(t, 10*time.Second, "half B formed", converged(halfB, expectView(allStates(halfB, Participant))))
+	testutil.Eventually(t, 10*time.Second, "half A formed", converged(halfA, expectView(allStates(halfA, Participant))))
+	testutil.Eventually(t, 10*time.Second, "half B formed", converged(halfB, expectView(allStates(halfB, Participant))))
 	// Several rejoin rounds pass without either half learning of the other.
 	deadline := time.Now().Add(time.Second)
 	for time.Now().Before(deadline) {
@@ -144,7 +145,7 @@ func TestSplitBrainHeals(t *testing.T) {
 	all := []string{tn.ip(1), tn.ip(2), tn.ip(3), tn.ip(4)}
 	d.setA("a.shoal.test", all...)
 	d.setA("b.shoal.test", all...)
-	eventually(t, 15*time.Second, "halves merged", converged(nodes, expectView(allStates(nodes, Participant))))
+	testutil.Eventually(t, 15*time.Second, "halves merged", converged(nodes, expectView(allStates(nodes, Participant))))
 }
 
 func pod(name, ns, ip string, phase corev1.PodPhase, labels map[string]string) *corev1.Pod {
@@ -192,13 +193,13 @@ func TestKubernetesDiscovery(t *testing.T) {
 	// The join runs inside Start, so a wrongly joined decoy would already
 	// be a member.
 	members := []testNode{joiner, others[0], others[1]}
-	eventually(t, 10*time.Second, "joined the matching pods", converged(members, expectView(allStates(members, Viewer))))
+	testutil.Eventually(t, 10*time.Second, "joined the matching pods", converged(members, expectView(allStates(members, Viewer))))
 	for _, decoy := range others[2:] {
 		if got := view(decoy.Node); got != decoy.cfg.NodeName+"=viewer" {
 			t.Errorf("decoy %s was joined: it sees %s", decoy.cfg.NodeName, got)
 		}
 	}
-	if got := testutil.ToFloat64(joiner.metrics.joins.WithLabelValues("failure")); got != 0 {
+	if got := promtestutil.ToFloat64(joiner.metrics.joins.WithLabelValues("failure")); got != 0 {
 		t.Errorf("join failures = %v, want 0", got)
 	}
 }

@@ -101,22 +101,6 @@ func startNode(t *testing.T, cfg Config) testNode {
 	return testNode{Node: n, reg: reg}
 }
 
-// eventually polls cond until it returns nil or the deadline passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var err error
-	for {
-		if err = cond(); err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not true after %s: %v", what, timeout, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // view renders what n sees as "name=state,..." sorted by name.
 func view(n *Node) string {
 	var parts []string

@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
-	"github.com/prometheus/client_golang/prometheus/testutil"
+	promtestutil "github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/shoal-dev/shoal/internal/testutil"
 )
 
 // startStatic starts count nodes of tn; nodes 2..count join node 1 by its
@@ -40,14 +42,14 @@ func allStates(nodes []testNode, s State) map[string]State {
 func TestFiveNodesConverge(t *testing.T) {
 	tn := newTestNet(t)
 	nodes := startStatic(t, tn, 5, nil)
-	eventually(t, 15*time.Second, "all see five viewers", converged(nodes, expectView(allStates(nodes, Viewer))))
+	testutil.Eventually(t, 15*time.Second, "all see five viewers", converged(nodes, expectView(allStates(nodes, Viewer))))
 
 	for _, n := range nodes {
 		if err := n.SetState(Participant); err != nil {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, 15*time.Second, "all see five participants", converged(nodes, expectView(allStates(nodes, Participant))))
+	testutil.Eventually(t, 15*time.Second, "all see five participants", converged(nodes, expectView(allStates(nodes, Participant))))
 
 	// Metadata travels with the state.
 	for _, n := range nodes {
@@ -71,28 +73,28 @@ func TestFiveNodesConverge(t *testing.T) {
 
 	// Metrics of one node.
 	n := nodes[0]
-	if got := testutil.CollectAndCount(n.metrics.info); got != 1 {
+	if got := promtestutil.CollectAndCount(n.metrics.info); got != 1 {
 		t.Errorf("cluster_node_info has %d series, want 1", got)
 	}
-	if got := testutil.ToFloat64(n.metrics.info.WithLabelValues("participant")); got != 1 {
+	if got := promtestutil.ToFloat64(n.metrics.info.WithLabelValues("participant")); got != 1 {
 		t.Errorf("cluster_node_info{state=participant} = %v", got)
 	}
-	if got := testutil.ToFloat64(n.metrics.peers.WithLabelValues("participant")); got != 5 {
+	if got := promtestutil.ToFloat64(n.metrics.peers.WithLabelValues("participant")); got != 5 {
 		t.Errorf("cluster_node_peers{state=participant} = %v, want 5", got)
 	}
-	if got := testutil.ToFloat64(n.metrics.peers.WithLabelValues("viewer")); got != 0 {
+	if got := promtestutil.ToFloat64(n.metrics.peers.WithLabelValues("viewer")); got != 0 {
 		t.Errorf("cluster_node_peers{state=viewer} = %v, want 0", got)
 	}
-	if got := testutil.ToFloat64(n.metrics.receivedEvents.WithLabelValues("join")); got < 4 {
+	if got := promtestutil.ToFloat64(n.metrics.receivedEvents.WithLabelValues("join")); got < 4 {
 		t.Errorf("received join events = %v, want >= 4", got)
 	}
-	if got := testutil.ToFloat64(n.metrics.receivedEvents.WithLabelValues("update")); got < 4 {
+	if got := promtestutil.ToFloat64(n.metrics.receivedEvents.WithLabelValues("update")); got < 4 {
 		t.Errorf("received update events = %v, want >= 4", got)
 	}
-	if got := testutil.ToFloat64(n.metrics.broadcasts.WithLabelValues("update")); got != 1 {
+	if got := promtestutil.ToFloat64(n.metrics.broadcasts.WithLabelValues("update")); got != 1 {
 		t.Errorf("update broadcasts = %v, want 1", got)
 	}
-	if err := testutil.GatherAndCompare(n.reg, strings.NewReader(`
+	if err := promtestutil.GatherAndCompare(n.reg, strings.NewReader(`
 # HELP cluster_node_gossip_alive_peers Members memberlist considers alive (suspect included), this node included.
 # TYPE cluster_node_gossip_alive_peers gauge
 cluster_node_gossip_alive_peers{cluster_name=""} 5
@@ -123,7 +125,7 @@ func TestLamportClock(t *testing.T) {
 	tn := newTestNet(t)
 	nodes := startStatic(t, tn, 2, nil)
 	a, b := nodes[0], nodes[1]
-	eventually(t, 10*time.Second, "two viewers", converged(nodes, expectView(allStates(nodes, Viewer))))
+	testutil.Eventually(t, 10*time.Second, "two viewers", converged(nodes, expectView(allStates(nodes, Viewer))))
 
 	before := a.lamport.Load()
 	if err := a.SetState(Participant); err != nil {
@@ -133,7 +135,7 @@ func TestLamportClock(t *testing.T) {
 	if sent != before+1 {
 		t.Fatalf("local state change moved the clock from %d to %d, want +1", before, sent)
 	}
-	eventually(t, 10*time.Second, "b sees a as participant", func() error {
+	testutil.Eventually(t, 10*time.Second, "b sees a as participant", func() error {
 		if got := view(b.Node); got != "node-01=participant,node-02=viewer" {
 			return fmt.Errorf("b sees %s", got)
 		}
@@ -174,7 +176,7 @@ func TestGracefulLeaveDisappearsEverywhere(t *testing.T) {
 	for _, n := range nodes {
 		n.SetState(Participant)
 	}
-	eventually(t, 15*time.Second, "converged", converged(nodes, expectView(allStates(nodes, Participant))))
+	testutil.Eventually(t, 15*time.Second, "converged", converged(nodes, expectView(allStates(nodes, Participant))))
 
 	leaver := nodes[4]
 	if err := leaver.SetState(Terminating); err != nil {
@@ -182,7 +184,7 @@ func TestGracefulLeaveDisappearsEverywhere(t *testing.T) {
 	}
 	want := allStates(nodes, Participant)
 	want[leaver.cfg.NodeName] = Terminating
-	eventually(t, 10*time.Second, "all see the leaver terminating", converged(nodes[:4], expectView(want)))
+	testutil.Eventually(t, 10*time.Second, "all see the leaver terminating", converged(nodes[:4], expectView(want)))
 
 	if err := leaver.Leave(5 * time.Second); err != nil {
 		t.Fatal(err)
@@ -190,8 +192,8 @@ func TestGracefulLeaveDisappearsEverywhere(t *testing.T) {
 	if err := leaver.Shutdown(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "the leaver is gone everywhere", converged(nodes[:4], expectView(allStates(nodes[:4], Participant))))
-	if got := testutil.ToFloat64(leaver.metrics.broadcasts.WithLabelValues("leave")); got != 1 {
+	testutil.Eventually(t, 10*time.Second, "the leaver is gone everywhere", converged(nodes[:4], expectView(allStates(nodes[:4], Participant))))
+	if got := promtestutil.ToFloat64(leaver.metrics.broadcasts.WithLabelValues("leave")); got != 1 {
 		t.Errorf("leave broadcasts = %v", got)
 	}
 }
@@ -202,15 +204,15 @@ func TestKilledNodeDeclaredDead(t *testing.T) {
 	for _, n := range nodes {
 		n.SetState(Participant)
 	}
-	eventually(t, 15*time.Second, "converged", converged(nodes, expectView(allStates(nodes, Participant))))
+	testutil.Eventually(t, 15*time.Second, "converged", converged(nodes, expectView(allStates(nodes, Participant))))
 
 	if err := nodes[2].Shutdown(); err != nil { // no Leave: a crash
 		t.Fatal(err)
 	}
 	rest := append(append([]testNode{}, nodes[:2]...), nodes[3:]...)
-	eventually(t, 30*time.Second, "the killed node is declared dead", converged(rest, expectView(allStates(rest, Participant))))
+	testutil.Eventually(t, 30*time.Second, "the killed node is declared dead", converged(rest, expectView(allStates(rest, Participant))))
 	for _, n := range rest {
-		if got := testutil.ToFloat64(n.metrics.receivedEvents.WithLabelValues("leave")); got < 1 {
+		if got := promtestutil.ToFloat64(n.metrics.receivedEvents.WithLabelValues("leave")); got < 1 {
 			t.Errorf("%s counted %v leave events", n.cfg.NodeName, got)
 		}
 	}
@@ -231,7 +233,7 @@ func TestRestartedNodeRefutesItsPreviousLife(t *testing.T) {
 			for _, n := range nodes {
 				n.SetState(Participant)
 			}
-			eventually(t, 15*time.Second, "converged", converged(nodes, expectView(allStates(nodes, Participant))))
+			testutil.Eventually(t, 15*time.Second, "converged", converged(nodes, expectView(allStates(nodes, Participant))))
 
 			old := nodes[3]
 			// Bump the old life's incarnation a few times so that the
@@ -239,13 +241,13 @@ func TestRestartedNodeRefutesItsPreviousLife(t *testing.T) {
 			old.SetState(Terminating)
 			want := allStates(nodes, Participant)
 			want[old.cfg.NodeName] = Terminating
-			eventually(t, 10*time.Second, "old life seen terminating", converged(nodes[:3], expectView(want)))
+			testutil.Eventually(t, 10*time.Second, "old life seen terminating", converged(nodes[:3], expectView(want)))
 			if graceful {
 				if err := old.Leave(5 * time.Second); err != nil {
 					t.Fatal(err)
 				}
 				old.Shutdown()
-				eventually(t, 10*time.Second, "old life gone", converged(nodes[:3], expectView(allStates(nodes[:3], Participant))))
+				testutil.Eventually(t, 10*time.Second, "old life gone", converged(nodes[:3], expectView(allStates(nodes[:3], Participant))))
 			} else {
 				old.Shutdown()
 			}
@@ -258,7 +260,7 @@ func TestRestartedNodeRefutesItsPreviousLife(t *testing.T) {
 			}
 			all := append(append([]testNode{}, nodes[:3]...), reborn)
 			wantAll := expectView(allStates(all, Participant))
-			eventually(t, 15*time.Second, "restarted node seen as participant", converged(all, wantAll))
+			testutil.Eventually(t, 15*time.Second, "restarted node seen as participant", converged(all, wantAll))
 			// And it stays that way: no stale terminating news wins later.
 			deadline := time.Now().Add(time.Second)
 			for time.Now().Before(deadline) {
@@ -289,7 +291,7 @@ func TestHTTPAddrWithoutHost(t *testing.T) {
 	if got := nodes[0].Self().HTTPAddr; got != want {
 		t.Fatalf("Self().HTTPAddr = %q, want %q", got, want)
 	}
-	eventually(t, 10*time.Second, "peer sees the completed HTTP address", func() error {
+	testutil.Eventually(t, 10*time.Second, "peer sees the completed HTTP address", func() error {
 		for _, p := range nodes[1].Peers() {
 			if p.Name == nodes[0].Self().Name && p.HTTPAddr == want {
 				return nil
@@ -311,8 +313,8 @@ func TestNameConflictCounted(t *testing.T) {
 	impostor.Join = []string{tn.addr(1)}
 	mutate(&impostor)
 	startNode(t, impostor)
-	eventually(t, 20*time.Second, "node_conflict counted on the first node", func() error {
-		if got := testutil.ToFloat64(first.metrics.receivedEvents.WithLabelValues(eventNodeConflict)); got < 1 {
+	testutil.Eventually(t, 20*time.Second, "node_conflict counted on the first node", func() error {
+		if got := promtestutil.ToFloat64(first.metrics.receivedEvents.WithLabelValues(eventNodeConflict)); got < 1 {
 			return fmt.Errorf("node_conflict events = %v", got)
 		}
 		return nil

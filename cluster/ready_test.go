@@ -5,7 +5,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
+	promtestutil "github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/shoal-dev/shoal/internal/testutil"
 )
 
 func TestReadyAtOnceWithoutWaitForSize(t *testing.T) {
@@ -31,7 +33,7 @@ func TestWaitForSizeHoldsUntilMet(t *testing.T) {
 	cfg.WaitForSize = 3
 	cfg.WaitTimeout = time.Hour
 	first := startNode(t, cfg)
-	if got := testutil.ToFloat64(first.metrics.minimumSize); got != 3 {
+	if got := promtestutil.ToFloat64(first.metrics.minimumSize); got != 3 {
 		t.Errorf("cluster_minimum_size = %v", got)
 	}
 	join := func(i int, state State) testNode {
@@ -52,12 +54,12 @@ func TestWaitForSizeHoldsUntilMet(t *testing.T) {
 	}
 	// Two members, and a third that is already terminating: it does not count.
 	second, third := join(2, Viewer), join(3, Terminating)
-	eventually(t, 10*time.Second, "two viewers and a terminating node",
+	testutil.Eventually(t, 10*time.Second, "two viewers and a terminating node",
 		converged([]testNode{first, second, third}, "node-01=viewer,node-02=viewer,node-03=terminating"))
 	if first.Ready() {
 		t.Fatal("ready with 2 of 3 members (the third is terminating)")
 	}
-	if got := testutil.ToFloat64(first.metrics.ready); got != 0 {
+	if got := promtestutil.ToFloat64(first.metrics.ready); got != 0 {
 		t.Errorf("cluster_ready_for_traffic = %v before the size is met", got)
 	}
 
@@ -66,7 +68,7 @@ func TestWaitForSizeHoldsUntilMet(t *testing.T) {
 	if err := first.WaitReady(waitCtx(t, 10*time.Second)); err != nil {
 		t.Fatalf("not ready with three viewers: %v", err)
 	}
-	if !first.Ready() || testutil.ToFloat64(first.metrics.ready) != 1 {
+	if !first.Ready() || promtestutil.ToFloat64(first.metrics.ready) != 1 {
 		t.Error("Ready or cluster_ready_for_traffic not set")
 	}
 	// Once ready, it stays ready when the cluster shrinks.
@@ -74,7 +76,7 @@ func TestWaitForSizeHoldsUntilMet(t *testing.T) {
 		n.Leave(time.Second)
 		n.Shutdown()
 	}
-	eventually(t, 15*time.Second, "alone again", converged([]testNode{first}, "node-01=viewer"))
+	testutil.Eventually(t, 15*time.Second, "alone again", converged([]testNode{first}, "node-01=viewer"))
 	if !first.Ready() {
 		t.Error("ready was withdrawn after the cluster shrank")
 	}

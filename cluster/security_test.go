@@ -10,15 +10,17 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
-	"github.com/prometheus/client_golang/prometheus/testutil"
+	promtestutil "github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/shoal-dev/shoal/internal/testutil"
 )
 
 // refusedAndApart waits until target has refused at least twice for reason
 // (the intruder keeps re-joining) and then checks that nobody merged.
 func refusedAndApart(t *testing.T, target, intruder testNode, reason string) {
 	t.Helper()
-	eventually(t, 15*time.Second, "refusals counted", func() error {
-		if got := testutil.ToFloat64(target.metrics.refused.WithLabelValues(reason)); got < 2 {
+	testutil.Eventually(t, 15*time.Second, "refusals counted", func() error {
+		if got := promtestutil.ToFloat64(target.metrics.refused.WithLabelValues(reason)); got < 2 {
 			return fmt.Errorf("refused{reason=%s} = %v", reason, got)
 		}
 		return nil
@@ -49,7 +51,7 @@ func TestDifferentClusterNamesNeverMerge(t *testing.T) {
 	cfgC.Join = []string{tn.addr(1)}
 	c := startNode(t, cfgC)
 	both := []testNode{a, c}
-	eventually(t, 10*time.Second, "same cluster name merges", converged(both, expectView(allStates(both, Viewer))))
+	testutil.Eventually(t, 10*time.Second, "same cluster name merges", converged(both, expectView(allStates(both, Viewer))))
 }
 
 func TestDifferentSecretKeysNeverMerge(t *testing.T) {
@@ -67,17 +69,17 @@ func TestDifferentSecretKeysNeverMerge(t *testing.T) {
 	cfgB.RejoinInterval = 200 * time.Millisecond
 	b := startNode(t, cfgB)
 	refusedAndApart(t, a, b, refusedEncryption)
-	if got := testutil.ToFloat64(b.metrics.joins.WithLabelValues("success")); got != 0 {
+	if got := promtestutil.ToFloat64(b.metrics.joins.WithLabelValues("success")); got != 0 {
 		t.Errorf("b counted %v successful joins with the wrong key", got)
 	}
 
 	// No key at all is refused too.
 	cfgN := testConfig(tn, 3)
 	cfgN.Join = []string{tn.addr(1)}
-	before := testutil.ToFloat64(a.metrics.refused.WithLabelValues(refusedEncryption))
+	before := promtestutil.ToFloat64(a.metrics.refused.WithLabelValues(refusedEncryption))
 	n := startNode(t, cfgN)
-	eventually(t, 10*time.Second, "plaintext join refused", func() error {
-		if got := testutil.ToFloat64(a.metrics.refused.WithLabelValues(refusedEncryption)); got <= before {
+	testutil.Eventually(t, 10*time.Second, "plaintext join refused", func() error {
+		if got := promtestutil.ToFloat64(a.metrics.refused.WithLabelValues(refusedEncryption)); got <= before {
 			return fmt.Errorf("refused{reason=encryption} still %v", got)
 		}
 		return nil
@@ -92,7 +94,7 @@ func TestDifferentSecretKeysNeverMerge(t *testing.T) {
 	cfgC.Join = []string{tn.addr(1)}
 	c := startNode(t, cfgC)
 	both := []testNode{a, c}
-	eventually(t, 10*time.Second, "same key merges", converged(both, expectView(allStates(both, Viewer))))
+	testutil.Eventually(t, 10*time.Second, "same key merges", converged(both, expectView(allStates(both, Viewer))))
 }
 
 func TestConfigValidation(t *testing.T) {
@@ -242,13 +244,13 @@ func TestGarbageMetadataPeerIsAViewer(t *testing.T) {
 	if _, err := ml.Join([]string{tn.addr(1)}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "weird peer seen as viewer", func() error {
+	testutil.Eventually(t, 10*time.Second, "weird peer seen as viewer", func() error {
 		if got := view(n.Node); got != "node-01=participant,weird=viewer" {
 			return fmt.Errorf("sees %s", got)
 		}
 		return nil
 	})
-	if got := testutil.ToFloat64(n.metrics.badMeta); got < 1 {
+	if got := promtestutil.ToFloat64(n.metrics.badMeta); got < 1 {
 		t.Errorf("bad metadata counter = %v", got)
 	}
 }

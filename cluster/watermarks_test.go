@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/shoal-dev/shoal/internal/testutil"
 )
 
 func TestWatermarksRoundTripAndOldMetadataDecodes(t *testing.T) {
@@ -34,7 +36,7 @@ func TestWatermarksRoundTripAndOldMetadataDecodes(t *testing.T) {
 func TestWatermarksReachPeers(t *testing.T) {
 	tn := newTestNet(t)
 	nodes := startStatic(t, tn, 2, nil)
-	eventually(t, 10*time.Second, "two nodes see each other", func() error {
+	testutil.Eventually(t, 10*time.Second, "two nodes see each other", func() error {
 		if len(nodes[1].Peers()) != 2 {
 			return fmt.Errorf("node 2 sees %d", len(nodes[1].Peers()))
 		}
@@ -47,7 +49,7 @@ func TestWatermarksReachPeers(t *testing.T) {
 	if nodes[0].Self().Handoff != wm {
 		t.Fatalf("Self().Handoff = %+v", nodes[0].Self().Handoff)
 	}
-	eventually(t, 10*time.Second, "watermarks gossiped", func() error {
+	testutil.Eventually(t, 10*time.Second, "watermarks gossiped", func() error {
 		for _, p := range nodes[1].Peers() {
 			if p.Name == nodes[0].cfg.NodeName && p.Handoff == wm {
 				return nil

@@ -1,11 +1,9 @@
 package discoveryerr
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,24 +18,6 @@ import (
 
 	"github.com/shoal-dev/shoal/internal/testutil"
 )
-
-// syncBuffer is the log output, written by the informer's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestClientGoHandlerRecordsInformerRefusal runs a real client-go informer,
 // logging through klog into ClientGoHandler, against a lister that the "API
@@ -70,7 +50,7 @@ func TestClientGoHandlerRecordsInformerRefusal(t *testing.T) {
 }
 
 func testInformerRefusal(t *testing.T, listErr, watchListErr error, want string) {
-	var out syncBuffer
+	var out testutil.LogBuffer
 	var rec Recorder
 	// Shoal's logger at its default level, info: the success message (V(2))
 	// must be seen without reaching the log.

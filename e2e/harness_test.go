@@ -57,8 +57,9 @@ var httpClient = &http.Client{Timeout: 5 * time.Second}
 // ---------------------------------------------------------------------------
 // Polling
 
-// eventually calls f every interval until it returns nil, and fails the test
-// with f's last error when timeout passes first.
+// eventually calls f every pollInterval until it returns nil, and fails the
+// test with f's last error when timeout passes first (testutil.Eventually at
+// e2e's pace).
 func eventually(t testing.TB, timeout time.Duration, what string, f func() error) {
 	t.Helper()
 	if err := poll(timeout, f); err != nil {
@@ -66,19 +67,13 @@ func eventually(t testing.TB, timeout time.Duration, what string, f func() error
 	}
 }
 
+// pollInterval is slower than testutil's: each check here is an HTTP round
+// trip to real processes on a small shared machine.
+const pollInterval = 100 * time.Millisecond
+
 // poll calls f until it returns nil or timeout passes; it returns f's last error.
 func poll(timeout time.Duration, f func() error) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return err
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	return testutil.PollEvery(pollInterval, timeout, f)
 }
 
 // ---------------------------------------------------------------------------

@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -249,34 +248,16 @@ func TestBadInputAtStartExits2(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log sink that the agent and the test share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // startAgent runs the agent in-process with args and its log in a buffer,
 // until the test ends, and waits until it is ready, asking with client over
 // scheme (http or https).
-func startAgent(t *testing.T, client *http.Client, scheme string, args ...string) (base string, log *syncBuffer) {
+func startAgent(t *testing.T, client *http.Client, scheme string, args ...string) (base string, log *testutil.LogBuffer) {
 	t.Helper()
 	f, err := parseFlags(args)
 	if err != nil {
 		t.Fatal(err)
 	}
-	log = &syncBuffer{}
+	log = &testutil.LogBuffer{}
 	f.log = promslog.Config{Writer: log}
 	base = scheme + "://" + f.listenAddress
 	ctx, cancel := context.WithCancel(context.Background())

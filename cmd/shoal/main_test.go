@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/prometheus/common/promslog"
+
+	"github.com/shoal-dev/shoal/internal/testutil"
 )
 
 func TestFlagDefaultsFollowSpec(t *testing.T) {
@@ -193,17 +195,6 @@ func activeJobs(t *testing.T, base string) map[string]int {
 	return jobs
 }
 
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // TestReload runs the agent in-process: a broken file is refused over
 // POST /-/reload with the problem named and the running jobs kept; a good
 // file replaces them; cancelling the context shuts the agent down cleanly.
@@ -238,7 +229,7 @@ func TestReload(t *testing.T) {
 		}
 	})
 
-	eventually(t, 30*time.Second, "readiness", func() bool {
+	testutil.EventuallyTrue(t, 30*time.Second, "readiness", func() bool {
 		resp, err := http.Get(base + "/-/ready")
 		if err != nil {
 			return false
@@ -246,7 +237,7 @@ func TestReload(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	})
-	eventually(t, 30*time.Second, "job a active", func() bool { return activeJobs(t, base)["a"] == 1 })
+	testutil.EventuallyTrue(t, 30*time.Second, "job a active", func() bool { return activeJobs(t, base)["a"] == 1 })
 	if os.Getenv("GOGC") == "" {
 		// runtime.gogc defaults to 75 as in Prometheus; SetGCPercent reads it back.
 		if got := debug.SetGCPercent(75); got != 75 {
@@ -289,7 +280,7 @@ func TestReload(t *testing.T) {
 	if code, body := reload(); code != http.StatusOK {
 		t.Fatalf("good config: got %d %q", code, body)
 	}
-	eventually(t, 30*time.Second, "job b replacing job a", func() bool {
+	testutil.EventuallyTrue(t, 30*time.Second, "job b replacing job a", func() bool {
 		jobs := activeJobs(t, base)
 		return jobs["b"] == 1 && jobs["a"] == 0
 	})

@@ -22,6 +22,12 @@ const PollInterval = 20 * time.Millisecond
 // Poll calls f until it returns nil or timeout passes, and returns f's last
 // error. Under testing/synctest the wait costs no real time.
 func Poll(timeout time.Duration, f func() error) error {
+	return PollEvery(PollInterval, timeout, f)
+}
+
+// PollEvery is Poll re-checking every interval, for conditions that cost
+// more to check than PollInterval allows (e2e's HTTP round trips).
+func PollEvery(interval, timeout time.Duration, f func() error) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		err := f()
@@ -31,7 +37,7 @@ func Poll(timeout time.Duration, f func() error) error {
 		if time.Now().After(deadline) {
 			return err
 		}
-		time.Sleep(PollInterval)
+		time.Sleep(interval)
 	}
 }
 

@@ -32,6 +32,17 @@ func TestPollReturnsLastError(t *testing.T) {
 	})
 }
 
+func TestPollEveryKeepsItsInterval(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var at []time.Time
+		start := time.Now()
+		_ = PollEvery(100*time.Millisecond, time.Second, func() error { at = append(at, time.Now()); return errors.New("not yet") })
+		if len(at) != 12 || !at[0].Equal(start) || at[1].Sub(at[0]) != 100*time.Millisecond {
+			t.Fatalf("checked at %v after the start, want every 100ms until past 1s", at)
+		}
+	})
+}
+
 func TestValue(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "x_total", Help: "x"}, []string{"reason", "node"})
