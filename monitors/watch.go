@@ -39,12 +39,21 @@ type WatchOptions struct {
 	// converts, so that a burst of events gives one conversion. Zero means
 	// the default, one second.
 	Debounce time.Duration
+	// Resync is how often the objects are converted again without any
+	// event, which re-reads the Secrets and ConfigMaps they reference: RBAC
+	// gives `get` on those, not `watch`, so this is how a changed password
+	// or certificate is picked up. Zero means the default, one minute.
+	Resync time.Duration
 	// Convert are the options of every conversion.
 	Convert Options
 }
 
 // DefaultDebounce is the Debounce a zero WatchOptions has.
 const DefaultDebounce = time.Second
+
+// DefaultResync is the Resync a zero WatchOptions has: about as soon as
+// the kubelet refreshes a mounted Secret.
+const DefaultResync = time.Minute
 
 // gvrs are the resources watched, by kind.
 var gvrs = map[string]schema.GroupVersionResource{
@@ -69,6 +78,7 @@ type Watcher struct {
 	objects *prometheus.GaugeVec
 	regens  prometheus.Counter
 	listErr *prometheus.CounterVec
+	kept    prometheus.Counter
 
 	mu   sync.Mutex
 	last *Result
@@ -80,6 +90,9 @@ type Watcher struct {
 func NewWatcher(dyn dynamic.Interface, core k8sclient.Interface, opts WatchOptions, logger *slog.Logger, reg prometheus.Registerer) (*Watcher, error) {
 	if opts.Debounce == 0 {
 		opts.Debounce = DefaultDebounce
+	}
+	if opts.Resync == 0 {
+		opts.Resync = DefaultResync
 	}
 	sel, err := labels.Parse(opts.Selector)
 	if err != nil {
@@ -99,13 +112,17 @@ func NewWatcher(dyn dynamic.Interface, core k8sclient.Interface, opts WatchOptio
 			Name: "shoal_monitors_watch_errors_total",
 			Help: "Failed lists or watches of a monitor kind (for example its CRD is not installed, or RBAC refuses it); retried with back-off.",
 		}, []string{"kind"}),
+		kept: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "shoal_monitors_resync_kept_total",
+			Help: "Periodic re-reads of the Secrets and ConfigMaps that monitors reference that would have rejected an object converted before (a reference gone or unreadable); the jobs in force were kept.",
+		}),
 	}
 	for _, k := range Kinds {
 		w.listErr.WithLabelValues(k)
 		w.objects.WithLabelValues(k, "converted")
 		w.objects.WithLabelValues(k, "rejected")
 	}
-	for _, c := range []prometheus.Collector{w.objects, w.regens, w.listErr} {
+	for _, c := range []prometheus.Collector{w.objects, w.regens, w.listErr, w.kept} {
 		if err := reg.Register(c); err != nil {
 			w.unregister()
 			return nil, fmt.Errorf("registering monitor metrics: %w", err)
@@ -118,6 +135,7 @@ func (w *Watcher) unregister() {
 	w.reg.Unregister(w.objects)
 	w.reg.Unregister(w.regens)
 	w.reg.Unregister(w.listErr)
+	w.reg.Unregister(w.kept)
 }
 
 // Last returns the result of the last conversion, nil before the first.
@@ -131,7 +149,10 @@ func (w *Watcher) Last() *Result {
 // result, from one goroutine. The first result comes once every kind has
 // been listed, or has failed to list (a CRD that is not installed counts as
 // no objects, and is retried), so a starting agent does not drop jobs it
-// is about to learn of.
+// is about to learn of. Every Resync the objects are converted again to
+// pick up changed Secrets and ConfigMaps; such a re-read applies new values
+// but never rejects an object that converted before (a Secret deleted or an
+// API error): that waits for a change of the objects.
 func (w *Watcher) Run(ctx context.Context, apply func(*Result)) {
 	defer w.unregister()
 	ctx, cancel := context.WithCancel(ctx)
@@ -192,15 +213,26 @@ func (w *Watcher) Run(ctx context.Context, apply func(*Result)) {
 	var lastYAML []byte
 	timer := time.NewTimer(w.opts.Debounce)
 	defer timer.Stop()
-	pending := true
+	resync := time.NewTicker(w.opts.Resync)
+	defer resync.Stop()
+	// pending: a conversion is scheduled; evented: an object changed since
+	// the last conversion (else the scheduled one is a resync).
+	pending, evented := true, true
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-dirty:
+			evented = true
 			if !pending {
 				pending = true
 				timer.Reset(w.opts.Debounce)
+			}
+			continue
+		case <-resync.C:
+			if !pending && started {
+				pending = true
+				timer.Reset(0)
 			}
 			continue
 		case <-timer.C:
@@ -209,8 +241,21 @@ func (w *Watcher) Run(ctx context.Context, apply func(*Result)) {
 			timer.Reset(w.opts.Debounce)
 			continue
 		}
-		pending = false
+		wasResync := !evented
+		pending, evented = false, false
 		r := w.convert(ctx, informers)
+		if wasResync {
+			if lost := newlyRejected(r, w.Last()); len(lost) > 0 {
+				// A Secret that vanished or an API error must not drop jobs
+				// that scrape now; only a change of the objects can.
+				w.kept.Inc()
+				for _, e := range lost {
+					w.logger.Warn("Re-reading a monitor's references failed; keeping its jobs until the object changes or a re-read succeeds", "object", e.Source.String(), "err", e.Error())
+				}
+				continue
+			}
+		}
+		w.setObjects(r)
 		y := r.YAML()
 		if started && slices.Equal(y, lastYAML) && sameErrors(r, w.Last()) {
 			continue
@@ -222,6 +267,20 @@ func (w *Watcher) Run(ctx context.Context, apply func(*Result)) {
 		w.mu.Unlock()
 		apply(r)
 	}
+}
+
+// newlyRejected returns the errors of r for objects that last converted.
+func newlyRejected(r, last *Result) []*Error {
+	if last == nil {
+		return nil
+	}
+	var out []*Error
+	for _, e := range r.Errors {
+		if !slices.ContainsFunc(last.Errors, func(l *Error) bool { return l.Source == e.Source }) {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 func sameErrors(a, b *Result) bool {
@@ -273,6 +332,11 @@ func (w *Watcher) convert(ctx context.Context, informers map[string]cache.Shared
 		slices.SortFunc(r.Errors, func(a, b *Error) int { return compareSource(a.Source, b.Source) })
 	}
 	w.regens.Inc()
+	return r
+}
+
+// setObjects sets shoal_monitors_objects from the result in force.
+func (w *Watcher) setObjects(r *Result) {
 	rejected := map[string]int{}
 	for _, e := range r.Errors {
 		rejected[e.Source.Kind]++
@@ -281,7 +345,6 @@ func (w *Watcher) convert(ctx context.Context, informers map[string]cache.Shared
 		w.objects.WithLabelValues(k, "converted").Set(float64(r.Objects[k]))
 		w.objects.WithLabelValues(k, "rejected").Set(float64(rejected[k]))
 	}
-	return r
 }
 
 // addObject decodes an object of the API into its typed form.
