@@ -474,7 +474,19 @@ func TestHistogramValuesSurvive(t *testing.T) {
 	if cnt.histograms != 1 {
 		t.Fatalf("counts = %+v", cnt)
 	}
-	got := b.req.Timeseries[0].Histograms[0].ToIntHistogram()
+	raw, err := b.encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := snappy.Decode(nil, raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var req prompb.WriteRequest
+	if err := req.Unmarshal(plain); err != nil {
+		t.Fatal(err)
+	}
+	got := req.Timeseries[0].Histograms[0].ToIntHistogram()
 	if !got.Equals(h) {
 		t.Fatalf("histogram changed on the way: %v != %v", got, h)
 	}
