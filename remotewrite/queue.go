@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -644,9 +645,11 @@ func (q *queue) handleRecord(rec []byte, seg int, sendable bool, c *chunk) {
 			q.decodeErr(typ, err)
 			return
 		}
+		maxT := int64(math.MinInt64)
+		dropped := func(r string) { q.m.samplesDropped.WithLabelValues(r).Inc() }
 		for _, s := range q.bufSamples {
-			q.observeRead(s.T)
-			lbls, ok := q.lookup(s.Ref, func(r string) { q.m.samplesDropped.WithLabelValues(r).Inc() })
+			maxT = max(maxT, s.T)
+			lbls, ok := q.lookup(s.Ref, dropped)
 			if !ok {
 				continue
 			}
@@ -654,6 +657,7 @@ func (q *queue) handleRecord(rec []byte, seg int, sendable bool, c *chunk) {
 				c.samples++
 			}
 		}
+		q.observeRead(maxT, len(q.bufSamples))
 
 	case record.HistogramSamples, record.CustomBucketsHistogramSamples, record.HistogramSamplesV2:
 		if !sendable || !q.s.sendHistograms {
@@ -664,9 +668,11 @@ func (q *queue) handleRecord(rec []byte, seg int, sendable bool, c *chunk) {
 			q.decodeErr(typ, err)
 			return
 		}
+		maxT := int64(math.MinInt64)
+		dropped := func(r string) { q.m.histogramsDropped.WithLabelValues(r).Inc() }
 		for _, h := range q.bufHist {
-			q.observeRead(h.T)
-			lbls, ok := q.lookup(h.Ref, func(r string) { q.m.histogramsDropped.WithLabelValues(r).Inc() })
+			maxT = max(maxT, h.T)
+			lbls, ok := q.lookup(h.Ref, dropped)
 			if !ok {
 				continue
 			}
@@ -674,6 +680,7 @@ func (q *queue) handleRecord(rec []byte, seg int, sendable bool, c *chunk) {
 				c.histograms++
 			}
 		}
+		q.observeRead(maxT, len(q.bufHist))
 		clear(q.bufHist)
 
 	case record.FloatHistogramSamples, record.CustomBucketsFloatHistogramSamples, record.FloatHistogramSamplesV2:
@@ -685,9 +692,11 @@ func (q *queue) handleRecord(rec []byte, seg int, sendable bool, c *chunk) {
 			q.decodeErr(typ, err)
 			return
 		}
+		maxT := int64(math.MinInt64)
+		dropped := func(r string) { q.m.histogramsDropped.WithLabelValues(r).Inc() }
 		for _, h := range q.bufFHist {
-			q.observeRead(h.T)
-			lbls, ok := q.lookup(h.Ref, func(r string) { q.m.histogramsDropped.WithLabelValues(r).Inc() })
+			maxT = max(maxT, h.T)
+			lbls, ok := q.lookup(h.Ref, dropped)
 			if !ok {
 				continue
 			}
@@ -695,6 +704,7 @@ func (q *queue) handleRecord(rec []byte, seg int, sendable bool, c *chunk) {
 				c.histograms++
 			}
 		}
+		q.observeRead(maxT, len(q.bufFHist))
 		clear(q.bufFHist)
 
 	case record.Exemplars:
@@ -706,8 +716,9 @@ func (q *queue) handleRecord(rec []byte, seg int, sendable bool, c *chunk) {
 			q.decodeErr(typ, err)
 			return
 		}
+		dropped := func(r string) { q.m.exemplarsDropped.WithLabelValues(r).Inc() }
 		for _, e := range q.bufEx {
-			lbls, ok := q.lookup(e.Ref, func(r string) { q.m.exemplarsDropped.WithLabelValues(r).Inc() })
+			lbls, ok := q.lookup(e.Ref, dropped)
 			if !ok {
 				continue
 			}
@@ -753,7 +764,12 @@ func (q *queue) handleRecord(rec []byte, seg int, sendable bool, c *chunk) {
 	}
 }
 
-func (q *queue) observeRead(t int64) {
+// observeRead records the highest timestamp t of the n samples of a record
+// (once per record: the gauges take a lock).
+func (q *queue) observeRead(t int64, n int) {
+	if n == 0 {
+		return
+	}
 	sec := float64(t) / 1000
 	q.m.highestRead.set(sec)
 	q.m.parent.observeHighest(sec)
