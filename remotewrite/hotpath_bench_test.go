@@ -49,10 +49,11 @@ func cpuTime(b *testing.B) time.Duration {
 }
 
 // discardClient acknowledges every request without sending it.
-type discardClient struct{ bytes int }
+type discardClient struct{ bytes, requests int }
 
 func (c *discardClient) Store(_ context.Context, raw []byte, _ int) (remote.WriteResponseStats, error) {
 	c.bytes += len(raw)
+	c.requests++
 	return remote.WriteResponseStats{}, nil
 }
 func (*discardClient) Name() string     { return "discard" }
@@ -60,7 +61,7 @@ func (*discardClient) Endpoint() string { return "http://discard.invalid/" }
 
 // benchQueue is a queue with n series cached and its journal open in a
 // temporary directory, as in a running agent.
-func benchQueue(b *testing.B, n int, protobufMessage string) (*queue, *discardClient) {
+func benchQueue(b testing.TB, n int, protobufMessage string) (*queue, *discardClient) {
 	b.Helper()
 	yml := "remote_write:\n  - url: http://discard.invalid/write\n    name: bench\n"
 	if protobufMessage != "" {
@@ -171,4 +172,10 @@ func BenchmarkSeriesCacheMemory(b *testing.B) {
 		runtime.KeepAlive(q)
 		b.StartTimer()
 	}
+}
+
+// benchQueueT is benchQueue for a test: one series cached.
+func benchQueueT(t *testing.T) *queue {
+	q, _ := benchQueue(t, 1, "")
+	return q
 }

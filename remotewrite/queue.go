@@ -78,6 +78,7 @@ type chunk struct {
 	items                          []item
 	metadata                       []prompb.MetricMetadata
 	samples, histograms, exemplars int
+	inFlight                       int       // items with a group (in flight at the last stop)
 	first                          time.Time // when the first item was added
 	end                            position  // reader position after the last record read into it
 }
@@ -88,7 +89,7 @@ func (c *chunk) reset() {
 	clear(c.items) // let label strings and histograms be collected
 	c.items = c.items[:0]
 	c.metadata = nil
-	c.samples, c.histograms, c.exemplars = 0, 0, 0
+	c.samples, c.histograms, c.exemplars, c.inFlight = 0, 0, 0, 0
 }
 
 // counts is how much of each kind a request carries.
@@ -375,6 +376,7 @@ func (q *queue) run(ctx context.Context) {
 			q.m.histogramsPending.Set(0)
 			q.m.exemplarsPending.Set(0)
 			shards = q.reshard(shards, full, retried)
+			q.trimBuffers(c, shards)
 			q.maybePersist()
 			continue
 		}
@@ -441,6 +443,20 @@ func (q *queue) reshard(cur int, behind, retried bool) int {
 		q.m.shardsDesired.Set(float64(next))
 	}
 	return next
+}
+
+// trimBuffers lets the memory of bigger rounds go once the queue needs
+// smaller ones: after catching up with a backlog at max_shards, the round
+// and the buffers of the shards no longer used would otherwise keep the
+// size of the largest round for good.
+func (q *queue) trimBuffers(c *chunk, shards int) {
+	if limit := shards * max(q.s.capacity, q.s.maxPerSend); cap(c.items) > 2*limit {
+		c.items = nil
+	}
+	if len(q.shardBufs) > shards {
+		clear(q.shardBufs[shards:])
+		q.shardBufs = q.shardBufs[:shards]
+	}
 }
 
 // fill reads records into c until it holds limit items or the WAL has no
@@ -778,6 +794,9 @@ func (q *queue) observeRead(t int64, n int) {
 func (c *chunk) add(it item) {
 	if c.n() == 0 {
 		c.first = time.Now()
+	}
+	if it.group != 0 {
+		c.inFlight++
 	}
 	c.items = append(c.items, it)
 }

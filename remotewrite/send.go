@@ -62,12 +62,19 @@ func (q *queue) sendChunk(ctx context.Context, c *chunk, n int) (ok, retried boo
 		return false, retried
 	}
 	bufs := q.shardBufs[:n]
-	for _, it := range c.items {
-		if it.group != 0 {
-			continue
+	if n == 1 && c.inFlight == 0 {
+		// One shard (the usual steady state) sends the round as it is,
+		// without a copy; runShard may reorder it, which is fine: the round
+		// is done with once sent, and read again if not.
+		bufs[0].items = c.items
+	} else {
+		for _, it := range c.items {
+			if it.group != 0 {
+				continue
+			}
+			b := bufs[uint64(it.ref)%uint64(n)]
+			b.items = append(b.items, it)
 		}
-		b := bufs[uint64(it.ref)%uint64(n)]
-		b.items = append(b.items, it)
 	}
 	var (
 		wg        sync.WaitGroup
@@ -96,9 +103,13 @@ func (q *queue) sendChunk(ctx context.Context, c *chunk, n int) (ok, retried boo
 		}()
 	}
 	wg.Wait()
-	for _, b := range bufs {
-		clear(b.items) // drop references to labels and histograms already sent
-		b.items = b.items[:0]
+	if n == 1 && c.inFlight == 0 {
+		bufs[0].items = nil // c's, which c.reset clears
+	} else {
+		for _, b := range bufs {
+			clear(b.items) // drop references to labels and histograms already sent
+			b.items = b.items[:0]
+		}
 	}
 	return !failed.Load(), anyRetrid.Load()
 }
