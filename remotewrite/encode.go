@@ -238,11 +238,11 @@ func (b *shardBuffers) appendGenerated(dst []byte, items []item, idx []int32) ([
 		case kindSample:
 			ts.Samples = append(ts.Samples, prompb.Sample{Value: it.v, Timestamp: it.t})
 		case kindHistogram:
-			ts.Histograms = append(ts.Histograms, prompb.FromIntHistogram(it.t, it.h))
+			ts.Histograms = append(ts.Histograms, prompb.FromIntHistogram(it.t, it.x.h))
 		case kindFloatHistogram:
-			ts.Histograms = append(ts.Histograms, prompb.FromFloatHistogram(it.t, it.fh))
+			ts.Histograms = append(ts.Histograms, prompb.FromFloatHistogram(it.t, it.x.fh))
 		case kindExemplar:
-			ts.Exemplars = append(ts.Exemplars, prompb.Exemplar{Labels: prompb.FromLabels(it.exLbls, nil), Value: it.v, Timestamp: it.t})
+			ts.Exemplars = append(ts.Exemplars, prompb.Exemplar{Labels: prompb.FromLabels(it.x.exLbls, nil), Value: it.v, Timestamp: it.t})
 		}
 	}
 	dst, err := appendMessage(dst, tagWriteRequestTimeseries, ts)

@@ -31,11 +31,11 @@ func generatedRequest(items []item, md []prompb.MetricMetadata) prompb.WriteRequ
 		case kindSample:
 			ts.Samples = append(ts.Samples, prompb.Sample{Value: it.v, Timestamp: it.t})
 		case kindHistogram:
-			ts.Histograms = append(ts.Histograms, prompb.FromIntHistogram(it.t, it.h))
+			ts.Histograms = append(ts.Histograms, prompb.FromIntHistogram(it.t, it.x.h))
 		case kindFloatHistogram:
-			ts.Histograms = append(ts.Histograms, prompb.FromFloatHistogram(it.t, it.fh))
+			ts.Histograms = append(ts.Histograms, prompb.FromFloatHistogram(it.t, it.x.fh))
 		case kindExemplar:
-			ts.Exemplars = append(ts.Exemplars, prompb.Exemplar{Labels: prompb.FromLabels(it.exLbls, nil), Value: it.v, Timestamp: it.t})
+			ts.Exemplars = append(ts.Exemplars, prompb.Exemplar{Labels: prompb.FromLabels(it.x.exLbls, nil), Value: it.v, Timestamp: it.t})
 		}
 	}
 	return req
@@ -68,10 +68,10 @@ func TestEncodeMatchesGenerated(t *testing.T) {
 		{ref: 2, lbls: c, kind: kindSample, t: 0, v: 0},
 		{ref: 1, lbls: a, kind: kindSample, t: 2, v: math.NaN()},
 		{ref: 3, lbls: long, kind: kindSample, t: -5, v: -1e300},
-		{ref: 4, lbls: c, kind: kindHistogram, t: 7, h: testHistogram(2)},
-		{ref: 5, lbls: a, kind: kindFloatHistogram, t: 8, fh: testHistogram(3).ToFloat(nil)},
-		{ref: 4, lbls: c, kind: kindExemplar, t: 6, v: 0.5, exLbls: ex},
-		{ref: 6, lbls: a, kind: kindExemplar, t: 9, v: 2, exLbls: ex},
+		{ref: 4, lbls: c, kind: kindHistogram, t: 7, x: &itemExtra{h: testHistogram(2)}},
+		{ref: 5, lbls: a, kind: kindFloatHistogram, t: 8, x: &itemExtra{fh: testHistogram(3).ToFloat(nil)}},
+		{ref: 4, lbls: c, kind: kindExemplar, t: 6, v: 0.5, x: &itemExtra{exLbls: ex}},
+		{ref: 6, lbls: a, kind: kindExemplar, t: 9, v: 2, x: &itemExtra{exLbls: ex}},
 		{ref: 2, lbls: c, kind: kindSample, t: math.MaxInt64, v: math.Inf(-1)},
 		{ref: 7, lbls: labels.EmptyLabels(), kind: kindSample, t: 3, v: 3},
 	}

@@ -58,19 +58,34 @@ const (
 // item is one sample, histogram or exemplar read from the WAL, with the
 // final (external + relabelled) labels of its series.
 type item struct {
-	ref    chunks.HeadSeriesRef
-	kind   itemKind
-	t      int64
-	v      float64
-	lbls   labels.Labels
+	ref  chunks.HeadSeriesRef
+	t    int64
+	v    float64
+	lbls labels.Labels
+	// meta is the series' metadata, for Remote-Write 2.0 requests.
+	meta *seriesMeta
+	// x is what only histograms, exemplars and items in flight at the last
+	// stop carry; nil for a plain sample, which keeps items at 64 bytes (a
+	// round holds up to shards × capacity of them).
+	x    *itemExtra
+	kind itemKind
+}
+
+type itemExtra struct {
 	h      *histogram.Histogram
 	fh     *histogram.FloatHistogram
 	exLbls labels.Labels
 	// group is non-zero for an item that was in flight when the queue last
 	// stopped without settling it: the id of that request (see journal.go).
 	group uint64
-	// meta is the series' metadata, for Remote-Write 2.0 requests.
-	meta *seriesMeta
+}
+
+// group is the request the item was in flight in at the last stop, or 0.
+func (it *item) group() uint64 {
+	if it.x == nil {
+		return 0
+	}
+	return it.x.group
 }
 
 // chunk is what the queue read from the WAL and has not sent yet.
@@ -563,7 +578,14 @@ func (q *queue) addItem(c *chunk, it item) bool {
 			}
 			return false
 		}
-		it.group = group
+		if group != 0 {
+			x := itemExtra{group: group}
+			if it.x != nil {
+				x = *it.x
+				x.group = group
+			}
+			it.x = &x
+		}
 	}
 	if q.seriesMeta != nil {
 		it.meta = q.seriesMeta[it.ref]
@@ -692,7 +714,7 @@ func (q *queue) handleRecord(rec []byte, seg int, sendable bool, c *chunk) {
 			if !ok {
 				continue
 			}
-			if q.addItem(c, item{ref: h.Ref, kind: kindHistogram, t: h.T, h: h.H, lbls: lbls}) {
+			if q.addItem(c, item{ref: h.Ref, kind: kindHistogram, t: h.T, x: &itemExtra{h: h.H}, lbls: lbls}) {
 				c.histograms++
 			}
 		}
@@ -716,7 +738,7 @@ func (q *queue) handleRecord(rec []byte, seg int, sendable bool, c *chunk) {
 			if !ok {
 				continue
 			}
-			if q.addItem(c, item{ref: h.Ref, kind: kindFloatHistogram, t: h.T, fh: h.FH, lbls: lbls}) {
+			if q.addItem(c, item{ref: h.Ref, kind: kindFloatHistogram, t: h.T, x: &itemExtra{fh: h.FH}, lbls: lbls}) {
 				c.histograms++
 			}
 		}
@@ -738,7 +760,7 @@ func (q *queue) handleRecord(rec []byte, seg int, sendable bool, c *chunk) {
 			if !ok {
 				continue
 			}
-			if q.addItem(c, item{ref: e.Ref, kind: kindExemplar, t: e.T, v: e.V, lbls: lbls, exLbls: e.Labels}) {
+			if q.addItem(c, item{ref: e.Ref, kind: kindExemplar, t: e.T, v: e.V, lbls: lbls, x: &itemExtra{exLbls: e.Labels}}) {
 				c.exemplars++
 			}
 		}
@@ -795,7 +817,7 @@ func (c *chunk) add(it item) {
 	if c.n() == 0 {
 		c.first = time.Now()
 	}
-	if it.group != 0 {
+	if it.group() != 0 {
 		c.inFlight++
 	}
 	c.items = append(c.items, it)

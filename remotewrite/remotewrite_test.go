@@ -470,7 +470,7 @@ func TestHistogramsDelivered(t *testing.T) {
 func TestHistogramValuesSurvive(t *testing.T) {
 	h := testHistogram(3)
 	b := newShardBuffers()
-	cnt := b.build([]item{{ref: 1, kind: kindHistogram, t: 5, h: h}}, nil)
+	cnt := b.build([]item{{ref: 1, kind: kindHistogram, t: 5, x: &itemExtra{h: h}}}, nil)
 	if cnt.histograms != 1 {
 		t.Fatalf("counts = %+v", cnt)
 	}

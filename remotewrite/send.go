@@ -51,7 +51,7 @@ func newShardBuffers() *shardBuffers {
 // sendChunk spreads c over n shards by series ref (so that each series stays
 // in order), sends every shard's part in requests of at most
 // max_samples_per_send, and waits for all of them. Items that were in flight
-// when the process last stopped (item.group != 0) go first, each original
+// when the process last stopped (item.group() != 0) go first, each original
 // request alone. ok is false when ctx ended before everything was
 // acknowledged or dropped.
 func (q *queue) sendChunk(ctx context.Context, c *chunk, n int) (ok, retried bool) {
@@ -69,7 +69,7 @@ func (q *queue) sendChunk(ctx context.Context, c *chunk, n int) (ok, retried boo
 		bufs[0].items = c.items
 	} else {
 		for _, it := range c.items {
-			if it.group != 0 {
+			if it.group() != 0 {
 				continue
 			}
 			b := bufs[uint64(it.ref)%uint64(n)]
@@ -121,13 +121,14 @@ func (q *queue) sendUncertain(ctx context.Context, c *chunk) (ok, retried bool) 
 	groups := map[uint64][]item{}
 	var order []uint64
 	for _, it := range c.items {
-		if it.group == 0 {
+		g := it.group()
+		if g == 0 {
 			continue
 		}
-		if _, ok := groups[it.group]; !ok {
-			order = append(order, it.group)
+		if _, ok := groups[g]; !ok {
+			order = append(order, g)
 		}
-		groups[it.group] = append(groups[it.group], it)
+		groups[g] = append(groups[g], it)
 	}
 	b := q.shardBufs[0]
 	for _, g := range order {

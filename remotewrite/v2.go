@@ -79,11 +79,11 @@ func (b *shardBuffers) buildV2(items []item) counts {
 			case kindSample:
 				ts.Samples = append(ts.Samples, writev2.Sample{Value: it.v, Timestamp: it.t})
 			case kindHistogram:
-				ts.Histograms = append(ts.Histograms, writev2.FromIntHistogram(0, it.t, it.h))
+				ts.Histograms = append(ts.Histograms, writev2.FromIntHistogram(0, it.t, it.x.h))
 			case kindFloatHistogram:
-				ts.Histograms = append(ts.Histograms, writev2.FromFloatHistogram(0, it.t, it.fh))
+				ts.Histograms = append(ts.Histograms, writev2.FromFloatHistogram(0, it.t, it.x.fh))
 			case kindExemplar:
-				ts.Exemplars = append(ts.Exemplars, writev2.Exemplar{LabelsRefs: v.symbols.SymbolizeLabels(it.exLbls, nil), Value: it.v, Timestamp: it.t})
+				ts.Exemplars = append(ts.Exemplars, writev2.Exemplar{LabelsRefs: v.symbols.SymbolizeLabels(it.x.exLbls, nil), Value: it.v, Timestamp: it.t})
 			}
 		}
 	}
