@@ -115,9 +115,12 @@ type counts struct {
 
 // seriesEntry is what the queue keeps per series ref.
 type seriesEntry struct {
-	lbls    labels.Labels // final labels; empty when dropped
-	dropped bool          // write_relabel_configs dropped it
-	seg     int           // last segment (or checkpoint index) that defined it
+	lbls labels.Labels // final labels; empty when dropped
+	// seg is the last segment (or checkpoint index) that defined it. WAL
+	// segment numbers have 8 digits; int32 keeps a page entry at 24 bytes.
+	seg     int32
+	dropped bool // write_relabel_configs dropped it
+	inPage  bool // seriesTable's own: the page slot is in use
 }
 
 // queue sends the WAL to one remote_write endpoint. One goroutine (run) owns
@@ -611,7 +614,7 @@ func (q *queue) storeSeries(series []record.RefSeries, seg int) {
 			}
 		})
 		keep := relabel.ProcessBuilder(q.lb, q.s.relabel...)
-		e := seriesEntry{seg: seg}
+		e := seriesEntry{seg: int32(seg)}
 		if keep {
 			e.lbls = q.lb.Labels()
 			keep = !e.lbls.IsEmpty()
@@ -628,7 +631,7 @@ func (q *queue) storeSeries(series []record.RefSeries, seg int) {
 // gcSeries forgets series that the WAL no longer has: defined before the
 // checkpoint cpIndex and not carried into it.
 func (q *queue) gcSeries(cpIndex int) {
-	n := q.series.deleteIf(func(e seriesEntry) bool { return e.seg < cpIndex })
+	n := q.series.deleteIf(func(e seriesEntry) bool { return int(e.seg) < cpIndex })
 	for ref := range q.seriesMeta {
 		if _, ok := q.series.get(ref); !ok {
 			delete(q.seriesMeta, ref)
