@@ -71,7 +71,7 @@ func BenchmarkSeriesTableGet(b *testing.B) {
 	for b.Loop() {
 		for ref := 1; ref <= n; ref++ {
 			e, _ := st.get(chunks.HeadSeriesRef(ref))
-			sink += e.seg
+			sink += int(e.seg)
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/lookup")

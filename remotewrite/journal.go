@@ -110,7 +110,6 @@ type journal struct {
 	f      *os.File
 	buf    []byte
 	rec    []byte
-	maxT   map[wmKey]int64 // scratch for intent, reused
 	nextID uint64
 }
 
@@ -235,7 +234,8 @@ func (j *journal) load(base position, repairs int) (*recovery, error) {
 	return r, nil
 }
 
-// pendingEntry is one series of an intent record.
+// pendingEntry is one series timeline of an intent record and the highest
+// timestamp the request carries for it.
 type pendingEntry struct {
 	key  wmKey
 	maxT int64
@@ -310,6 +310,24 @@ func (j *journal) headerPayload(base position, repairs int) []byte {
 // intent records that a request carrying items is about to be sent, as part
 // of a round ending at end, and returns its id.
 func (j *journal) intent(items []item, end position) (uint64, error) {
+	maxT := map[wmKey]int64{}
+	for _, it := range items {
+		k := wmKey{it.ref, it.kind == kindExemplar}
+		if t, ok := maxT[k]; !ok || it.t > t {
+			maxT[k] = it.t
+		}
+	}
+	entries := make([]pendingEntry, 0, len(maxT))
+	for k, t := range maxT {
+		entries = append(entries, pendingEntry{key: k, maxT: t})
+	}
+	return j.intentEntries(entries, end)
+}
+
+// intentEntries is intent for a request whose timelines the caller has
+// already summed up (shardBuffers.build does while grouping by series), so
+// that the send path hashes each item once, not twice.
+func (j *journal) intentEntries(entries []pendingEntry, end position) (uint64, error) {
 	j.mtx.Lock()
 	defer j.mtx.Unlock()
 	if j.f == nil {
@@ -317,30 +335,19 @@ func (j *journal) intent(items []item, end position) (uint64, error) {
 	}
 	j.nextID++
 	id := j.nextID
-	if j.maxT == nil {
-		j.maxT = map[wmKey]int64{}
-	}
-	maxT := j.maxT
-	clear(maxT)
-	for _, it := range items {
-		k := wmKey{it.ref, it.kind == kindExemplar}
-		if t, ok := maxT[k]; !ok || it.t > t {
-			maxT[k] = it.t
-		}
-	}
 	p := append(j.buf[:0], recIntent)
 	p = binary.AppendUvarint(p, id)
 	p = binary.AppendUvarint(p, uint64(end.Segment))
 	p = binary.AppendUvarint(p, uint64(end.Offset))
-	p = binary.AppendUvarint(p, uint64(len(maxT)))
-	for k, t := range maxT {
-		p = binary.AppendUvarint(p, uint64(k.ref))
+	p = binary.AppendUvarint(p, uint64(len(entries)))
+	for _, e := range entries {
+		p = binary.AppendUvarint(p, uint64(e.key.ref))
 		ex := byte(0)
-		if k.ex {
+		if e.key.ex {
 			ex = 1
 		}
 		p = append(p, ex)
-		p = binary.AppendVarint(p, t)
+		p = binary.AppendVarint(p, e.maxT)
 	}
 	j.buf = p
 	return id, j.appendLocked(p)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -57,19 +58,34 @@ const (
 // item is one sample, histogram or exemplar read from the WAL, with the
 // final (external + relabelled) labels of its series.
 type item struct {
-	ref    chunks.HeadSeriesRef
-	kind   itemKind
-	t      int64
-	v      float64
-	lbls   labels.Labels
+	ref  chunks.HeadSeriesRef
+	t    int64
+	v    float64
+	lbls labels.Labels
+	// meta is the series' metadata, for Remote-Write 2.0 requests.
+	meta *seriesMeta
+	// x is what only histograms, exemplars and items in flight at the last
+	// stop carry; nil for a plain sample, which keeps items at 64 bytes (a
+	// round holds up to shards × capacity of them).
+	x    *itemExtra
+	kind itemKind
+}
+
+type itemExtra struct {
 	h      *histogram.Histogram
 	fh     *histogram.FloatHistogram
 	exLbls labels.Labels
 	// group is non-zero for an item that was in flight when the queue last
 	// stopped without settling it: the id of that request (see journal.go).
 	group uint64
-	// meta is the series' metadata, for Remote-Write 2.0 requests.
-	meta *seriesMeta
+}
+
+// group is the request the item was in flight in at the last stop, or 0.
+func (it *item) group() uint64 {
+	if it.x == nil {
+		return 0
+	}
+	return it.x.group
 }
 
 // chunk is what the queue read from the WAL and has not sent yet.
@@ -77,6 +93,7 @@ type chunk struct {
 	items                          []item
 	metadata                       []prompb.MetricMetadata
 	samples, histograms, exemplars int
+	inFlight                       int       // items with a group (in flight at the last stop)
 	first                          time.Time // when the first item was added
 	end                            position  // reader position after the last record read into it
 }
@@ -87,7 +104,7 @@ func (c *chunk) reset() {
 	clear(c.items) // let label strings and histograms be collected
 	c.items = c.items[:0]
 	c.metadata = nil
-	c.samples, c.histograms, c.exemplars = 0, 0, 0
+	c.samples, c.histograms, c.exemplars, c.inFlight = 0, 0, 0, 0
 }
 
 // counts is how much of each kind a request carries.
@@ -98,9 +115,12 @@ type counts struct {
 
 // seriesEntry is what the queue keeps per series ref.
 type seriesEntry struct {
-	lbls    labels.Labels // final labels; empty when dropped
-	dropped bool          // write_relabel_configs dropped it
-	seg     int           // last segment (or checkpoint index) that defined it
+	lbls labels.Labels // final labels; empty when dropped
+	// seg is the last segment (or checkpoint index) that defined it. WAL
+	// segment numbers have 8 digits; int32 keeps a page entry at 24 bytes.
+	seg     int32
+	dropped bool // write_relabel_configs dropped it
+	inPage  bool // seriesTable's own: the page slot is in use
 }
 
 // queue sends the WAL to one remote_write endpoint. One goroutine (run) owns
@@ -374,6 +394,7 @@ func (q *queue) run(ctx context.Context) {
 			q.m.histogramsPending.Set(0)
 			q.m.exemplarsPending.Set(0)
 			shards = q.reshard(shards, full, retried)
+			q.trimBuffers(c, shards)
 			q.maybePersist()
 			continue
 		}
@@ -440,6 +461,20 @@ func (q *queue) reshard(cur int, behind, retried bool) int {
 		q.m.shardsDesired.Set(float64(next))
 	}
 	return next
+}
+
+// trimBuffers lets the memory of bigger rounds go once the queue needs
+// smaller ones: after catching up with a backlog at max_shards, the round
+// and the buffers of the shards no longer used would otherwise keep the
+// size of the largest round for good.
+func (q *queue) trimBuffers(c *chunk, shards int) {
+	if limit := shards * max(q.s.capacity, q.s.maxPerSend); cap(c.items) > 2*limit {
+		c.items = nil
+	}
+	if len(q.shardBufs) > shards {
+		clear(q.shardBufs[shards:])
+		q.shardBufs = q.shardBufs[:shards]
+	}
 }
 
 // fill reads records into c until it holds limit items or the WAL has no
@@ -546,7 +581,14 @@ func (q *queue) addItem(c *chunk, it item) bool {
 			}
 			return false
 		}
-		it.group = group
+		if group != 0 {
+			x := itemExtra{group: group}
+			if it.x != nil {
+				x = *it.x
+				x.group = group
+			}
+			it.x = &x
+		}
 	}
 	if q.seriesMeta != nil {
 		it.meta = q.seriesMeta[it.ref]
@@ -572,7 +614,7 @@ func (q *queue) storeSeries(series []record.RefSeries, seg int) {
 			}
 		})
 		keep := relabel.ProcessBuilder(q.lb, q.s.relabel...)
-		e := seriesEntry{seg: seg}
+		e := seriesEntry{seg: int32(seg)}
 		if keep {
 			e.lbls = q.lb.Labels()
 			keep = !e.lbls.IsEmpty()
@@ -589,7 +631,7 @@ func (q *queue) storeSeries(series []record.RefSeries, seg int) {
 // gcSeries forgets series that the WAL no longer has: defined before the
 // checkpoint cpIndex and not carried into it.
 func (q *queue) gcSeries(cpIndex int) {
-	n := q.series.deleteIf(func(e seriesEntry) bool { return e.seg < cpIndex })
+	n := q.series.deleteIf(func(e seriesEntry) bool { return int(e.seg) < cpIndex })
 	for ref := range q.seriesMeta {
 		if _, ok := q.series.get(ref); !ok {
 			delete(q.seriesMeta, ref)
@@ -644,9 +686,11 @@ func (q *queue) handleRecord(rec []byte, seg int, sendable bool, c *chunk) {
 			q.decodeErr(typ, err)
 			return
 		}
+		maxT := int64(math.MinInt64)
+		dropped := func(r string) { q.m.samplesDropped.WithLabelValues(r).Inc() }
 		for _, s := range q.bufSamples {
-			q.observeRead(s.T)
-			lbls, ok := q.lookup(s.Ref, func(r string) { q.m.samplesDropped.WithLabelValues(r).Inc() })
+			maxT = max(maxT, s.T)
+			lbls, ok := q.lookup(s.Ref, dropped)
 			if !ok {
 				continue
 			}
@@ -654,6 +698,7 @@ func (q *queue) handleRecord(rec []byte, seg int, sendable bool, c *chunk) {
 				c.samples++
 			}
 		}
+		q.observeRead(maxT, len(q.bufSamples))
 
 	case record.HistogramSamples, record.CustomBucketsHistogramSamples, record.HistogramSamplesV2:
 		if !sendable || !q.s.sendHistograms {
@@ -664,16 +709,19 @@ func (q *queue) handleRecord(rec []byte, seg int, sendable bool, c *chunk) {
 			q.decodeErr(typ, err)
 			return
 		}
+		maxT := int64(math.MinInt64)
+		dropped := func(r string) { q.m.histogramsDropped.WithLabelValues(r).Inc() }
 		for _, h := range q.bufHist {
-			q.observeRead(h.T)
-			lbls, ok := q.lookup(h.Ref, func(r string) { q.m.histogramsDropped.WithLabelValues(r).Inc() })
+			maxT = max(maxT, h.T)
+			lbls, ok := q.lookup(h.Ref, dropped)
 			if !ok {
 				continue
 			}
-			if q.addItem(c, item{ref: h.Ref, kind: kindHistogram, t: h.T, h: h.H, lbls: lbls}) {
+			if q.addItem(c, item{ref: h.Ref, kind: kindHistogram, t: h.T, x: &itemExtra{h: h.H}, lbls: lbls}) {
 				c.histograms++
 			}
 		}
+		q.observeRead(maxT, len(q.bufHist))
 		clear(q.bufHist)
 
 	case record.FloatHistogramSamples, record.CustomBucketsFloatHistogramSamples, record.FloatHistogramSamplesV2:
@@ -685,16 +733,19 @@ func (q *queue) handleRecord(rec []byte, seg int, sendable bool, c *chunk) {
 			q.decodeErr(typ, err)
 			return
 		}
+		maxT := int64(math.MinInt64)
+		dropped := func(r string) { q.m.histogramsDropped.WithLabelValues(r).Inc() }
 		for _, h := range q.bufFHist {
-			q.observeRead(h.T)
-			lbls, ok := q.lookup(h.Ref, func(r string) { q.m.histogramsDropped.WithLabelValues(r).Inc() })
+			maxT = max(maxT, h.T)
+			lbls, ok := q.lookup(h.Ref, dropped)
 			if !ok {
 				continue
 			}
-			if q.addItem(c, item{ref: h.Ref, kind: kindFloatHistogram, t: h.T, fh: h.FH, lbls: lbls}) {
+			if q.addItem(c, item{ref: h.Ref, kind: kindFloatHistogram, t: h.T, x: &itemExtra{fh: h.FH}, lbls: lbls}) {
 				c.histograms++
 			}
 		}
+		q.observeRead(maxT, len(q.bufFHist))
 		clear(q.bufFHist)
 
 	case record.Exemplars:
@@ -706,12 +757,13 @@ func (q *queue) handleRecord(rec []byte, seg int, sendable bool, c *chunk) {
 			q.decodeErr(typ, err)
 			return
 		}
+		dropped := func(r string) { q.m.exemplarsDropped.WithLabelValues(r).Inc() }
 		for _, e := range q.bufEx {
-			lbls, ok := q.lookup(e.Ref, func(r string) { q.m.exemplarsDropped.WithLabelValues(r).Inc() })
+			lbls, ok := q.lookup(e.Ref, dropped)
 			if !ok {
 				continue
 			}
-			if q.addItem(c, item{ref: e.Ref, kind: kindExemplar, t: e.T, v: e.V, lbls: lbls, exLbls: e.Labels}) {
+			if q.addItem(c, item{ref: e.Ref, kind: kindExemplar, t: e.T, v: e.V, lbls: lbls, x: &itemExtra{exLbls: e.Labels}}) {
 				c.exemplars++
 			}
 		}
@@ -753,7 +805,12 @@ func (q *queue) handleRecord(rec []byte, seg int, sendable bool, c *chunk) {
 	}
 }
 
-func (q *queue) observeRead(t int64) {
+// observeRead records the highest timestamp t of the n samples of a record
+// (once per record: the gauges take a lock).
+func (q *queue) observeRead(t int64, n int) {
+	if n == 0 {
+		return
+	}
 	sec := float64(t) / 1000
 	q.m.highestRead.set(sec)
 	q.m.parent.observeHighest(sec)
@@ -762,6 +819,9 @@ func (q *queue) observeRead(t int64) {
 func (c *chunk) add(it item) {
 	if c.n() == 0 {
 		c.first = time.Now()
+	}
+	if it.group() != 0 {
+		c.inFlight++
 	}
 	c.items = append(c.items, it)
 }

@@ -470,11 +470,23 @@ func TestHistogramsDelivered(t *testing.T) {
 func TestHistogramValuesSurvive(t *testing.T) {
 	h := testHistogram(3)
 	b := newShardBuffers()
-	cnt := b.build([]item{{ref: 1, kind: kindHistogram, t: 5, h: h}}, nil)
+	cnt := b.build([]item{{ref: 1, kind: kindHistogram, t: 5, x: &itemExtra{h: h}}}, nil)
 	if cnt.histograms != 1 {
 		t.Fatalf("counts = %+v", cnt)
 	}
-	got := b.req.Timeseries[0].Histograms[0].ToIntHistogram()
+	raw, err := b.encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := snappy.Decode(nil, raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var req prompb.WriteRequest
+	if err := req.Unmarshal(plain); err != nil {
+		t.Fatal(err)
+	}
+	got := req.Timeseries[0].Histograms[0].ToIntHistogram()
 	if !got.Equals(h) {
 		t.Fatalf("histogram changed on the way: %v != %v", got, h)
 	}

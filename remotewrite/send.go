@@ -20,28 +20,38 @@ import (
 )
 
 // shardBuffers are one shard's reusable buffers. Building and encoding a
-// request then allocates nothing per sample: the TimeSeries slice, each
-// series' label and sample slices, the protobuf bytes and the snappy output
-// all keep their capacity from one request to the next. A shard index is used
-// by one goroutine at a time (sendChunk waits for every shard), so there is no
-// locking.
+// request then allocates nothing per sample: the grouping of items by
+// series, the protobuf bytes and the snappy output all keep their capacity
+// from one request to the next. A shard index is used by one goroutine at a
+// time (sendChunk waits for every shard), so there is no locking.
 type shardBuffers struct {
 	items []item // this shard's part of the chunk being sent
-	req   prompb.WriteRequest
-	index map[chunks.HeadSeriesRef]int
+
+	// The request being built (see encode.go): its items and metadata, its
+	// series, its items' indices series by series, the journal's entries.
+	reqItems []item
+	reqMeta  []prompb.MetricMetadata
+	index    map[chunks.HeadSeriesRef]int32
+	series   []reqSeries
+	slot     []int32 // series of each item
+	next     []int32 // scratch of the counting sort
+	order    []int32
+	entries  []pendingEntry
+	ts       prompb.TimeSeries // scratch for a series with histograms or exemplars
+
 	proto []byte
 	comp  compression.EncodeBuffer
 	v2    *v2Buffers // Remote-Write 2.0, created on first use
 }
 
 func newShardBuffers() *shardBuffers {
-	return &shardBuffers{index: map[chunks.HeadSeriesRef]int{}, comp: compression.NewSyncEncodeBuffer()}
+	return &shardBuffers{index: map[chunks.HeadSeriesRef]int32{}, comp: compression.NewSyncEncodeBuffer()}
 }
 
 // sendChunk spreads c over n shards by series ref (so that each series stays
 // in order), sends every shard's part in requests of at most
 // max_samples_per_send, and waits for all of them. Items that were in flight
-// when the process last stopped (item.group != 0) go first, each original
+// when the process last stopped (item.group() != 0) go first, each original
 // request alone. ok is false when ctx ended before everything was
 // acknowledged or dropped.
 func (q *queue) sendChunk(ctx context.Context, c *chunk, n int) (ok, retried bool) {
@@ -52,12 +62,19 @@ func (q *queue) sendChunk(ctx context.Context, c *chunk, n int) (ok, retried boo
 		return false, retried
 	}
 	bufs := q.shardBufs[:n]
-	for _, it := range c.items {
-		if it.group != 0 {
-			continue
+	if n == 1 && c.inFlight == 0 {
+		// One shard (the usual steady state) sends the round as it is,
+		// without a copy; runShard may reorder it, which is fine: the round
+		// is done with once sent, and read again if not.
+		bufs[0].items = c.items
+	} else {
+		for _, it := range c.items {
+			if it.group() != 0 {
+				continue
+			}
+			b := bufs[uint64(it.ref)%uint64(n)]
+			b.items = append(b.items, it)
 		}
-		b := bufs[uint64(it.ref)%uint64(n)]
-		b.items = append(b.items, it)
 	}
 	var (
 		wg        sync.WaitGroup
@@ -86,9 +103,13 @@ func (q *queue) sendChunk(ctx context.Context, c *chunk, n int) (ok, retried boo
 		}()
 	}
 	wg.Wait()
-	for _, b := range bufs {
-		clear(b.items) // drop references to labels and histograms already sent
-		b.items = b.items[:0]
+	if n == 1 && c.inFlight == 0 {
+		bufs[0].items = nil // c's, which c.reset clears
+	} else {
+		for _, b := range bufs {
+			clear(b.items) // drop references to labels and histograms already sent
+			b.items = b.items[:0]
+		}
 	}
 	return !failed.Load(), anyRetrid.Load()
 }
@@ -100,13 +121,14 @@ func (q *queue) sendUncertain(ctx context.Context, c *chunk) (ok, retried bool) 
 	groups := map[uint64][]item{}
 	var order []uint64
 	for _, it := range c.items {
-		if it.group == 0 {
+		g := it.group()
+		if g == 0 {
 			continue
 		}
-		if _, ok := groups[it.group]; !ok {
-			order = append(order, it.group)
+		if _, ok := groups[g]; !ok {
+			order = append(order, g)
 		}
-		groups[it.group] = append(groups[it.group], it)
+		groups[g] = append(groups[g], it)
 	}
 	b := q.shardBufs[0]
 	for _, g := range order {
@@ -163,65 +185,25 @@ func sameValueRun(items []item, label string) int {
 	return len(items)
 }
 
-// build fills b.req with items grouped by series (one TimeSeries per series
-// per request), reusing the slices of the previous request.
+// build prepares a Remote-Write 1.0 request of items (grouped by series:
+// one TimeSeries per series per request) and md for encode.
 func (b *shardBuffers) build(items []item, md []prompb.MetricMetadata) counts {
-	b.req.Metadata = md
-	cnt := counts{metadata: len(md)}
-	clear(b.index)
-	all := b.req.Timeseries[:cap(b.req.Timeseries)]
-	used := 0
-	for _, it := range items {
-		i, ok := b.index[it.ref]
-		if !ok {
-			i = used
-			used++
-			b.index[it.ref] = i
-			if i == len(all) {
-				all = append(all, prompb.TimeSeries{})
-				all = all[:cap(all)]
-			}
-			ts := &all[i]
-			ts.Labels = prompb.FromLabels(it.lbls, ts.Labels[:0])
-			ts.Samples = ts.Samples[:0]
-			ts.Histograms = ts.Histograms[:0]
-			ts.Exemplars = ts.Exemplars[:0]
-		}
-		ts := &all[i]
-		switch it.kind {
-		case kindSample:
-			ts.Samples = append(ts.Samples, prompb.Sample{Value: it.v, Timestamp: it.t})
-			cnt.samples++
-		case kindHistogram:
-			ts.Histograms = append(ts.Histograms, prompb.FromIntHistogram(it.t, it.h))
-			cnt.histograms++
-		case kindFloatHistogram:
-			ts.Histograms = append(ts.Histograms, prompb.FromFloatHistogram(it.t, it.fh))
-			cnt.histograms++
-		case kindExemplar:
-			ts.Exemplars = append(ts.Exemplars, prompb.Exemplar{Labels: prompb.FromLabels(it.exLbls, nil), Value: it.v, Timestamp: it.t})
-			cnt.exemplars++
-		}
-		if it.kind != kindExemplar {
-			cnt.maxT = max(cnt.maxT, it.t)
-		}
-	}
-	b.req.Timeseries = all[:used]
+	cnt := b.group(items)
+	cnt.metadata = len(md)
+	b.reqItems, b.reqMeta = items, md
 	return cnt
 }
 
-// encode marshals and compresses b.req into b's reused buffers. The result
-// is valid until the next encode on b.
+// encode marshals and compresses the request build prepared into b's reused
+// buffers. The result is valid until the next encode on b.
 func (b *shardBuffers) encode() ([]byte, error) {
-	size := b.req.Size()
-	if cap(b.proto) < size {
-		b.proto = make([]byte, size)
-	}
-	n, err := b.req.MarshalToSizedBuffer(b.proto[:size])
+	p, err := b.appendWriteRequest(b.proto[:0], b.reqItems, b.reqMeta)
+	b.reqItems, b.reqMeta = nil, nil
 	if err != nil {
 		return nil, err
 	}
-	return compression.Encode(compression.Snappy, b.proto[size-n:size], b.comp)
+	b.proto = p
+	return compression.Encode(compression.Snappy, p, b.comp)
 }
 
 // Reasons of shoal_remotewrite_samples_dropped_total: what the receiver
@@ -291,7 +273,7 @@ func (q *queue) send(ctx context.Context, b *shardBuffers, items []item, md []pr
 	}
 	var id uint64
 	if len(items) > 0 {
-		if id, err = q.journal.intent(items, end); err != nil {
+		if id, err = q.journal.intentEntries(b.entries, end); err != nil {
 			q.journalErr(err)
 		}
 	}

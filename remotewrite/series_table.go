@@ -9,7 +9,7 @@ import "github.com/prometheus/prometheus/tsdb/chunks"
 // cache lines.
 //
 // Churn leaves pages with a few long-lived series among thousands of
-// forgotten ones, and a full page (160 KiB) per survivor would keep the
+// forgotten ones, and a full page (96 KiB) per survivor would keep the
 // memory of every series ever seen. So deleteIf moves the entries of a page
 // left at most 1/8 full (except the highest, where new refs go) into a
 // map and frees the page: about 50 bytes per survivor instead of a page
@@ -37,16 +37,13 @@ const (
 
 type seriesPage struct {
 	live    int
-	entries [seriesPageSize]struct {
-		seriesEntry
-		ok bool
-	}
+	entries [seriesPageSize]seriesEntry // 24 bytes each; inPage marks a used slot
 }
 
 func (t *seriesTable) get(ref chunks.HeadSeriesRef) (seriesEntry, bool) {
 	if p := uint64(ref) >> seriesPageBits; p < uint64(len(t.pages)) && t.pages[p] != nil {
-		if e := &t.pages[p].entries[uint64(ref)&(seriesPageSize-1)]; e.ok {
-			return e.seriesEntry, true
+		if e := &t.pages[p].entries[uint64(ref)&(seriesPageSize-1)]; e.inPage {
+			return *e, true
 		}
 	}
 	e, ok := t.far[ref]
@@ -74,11 +71,12 @@ func (t *seriesTable) set(ref chunks.HeadSeriesRef, se seriesEntry) {
 	}
 	pg := t.pages[p]
 	e := &pg.entries[uint64(ref)&(seriesPageSize-1)]
-	if !e.ok {
+	if !e.inPage {
 		pg.live++
 		t.n++
 	}
-	e.seriesEntry, e.ok = se, true
+	*e = se
+	e.inPage = true
 }
 
 // deleteIf forgets every entry for which drop returns true and returns how
@@ -98,8 +96,8 @@ func (t *seriesTable) deleteIf(drop func(seriesEntry) bool) int {
 		}
 		for j := range pg.entries {
 			e := &pg.entries[j]
-			if e.ok && drop(e.seriesEntry) {
-				e.seriesEntry, e.ok = seriesEntry{}, false
+			if e.inPage && drop(*e) {
+				*e = seriesEntry{}
 				pg.live--
 				n++
 			}
@@ -114,8 +112,10 @@ func (t *seriesTable) deleteIf(drop func(seriesEntry) bool) int {
 			t.far = map[chunks.HeadSeriesRef]seriesEntry{}
 		}
 		for j := range pg.entries {
-			if e := &pg.entries[j]; e.ok {
-				t.far[chunks.HeadSeriesRef(uint64(i)<<seriesPageBits|uint64(j))] = e.seriesEntry
+			if e := &pg.entries[j]; e.inPage {
+				fe := *e
+				fe.inPage = false
+				t.far[chunks.HeadSeriesRef(uint64(i)<<seriesPageBits|uint64(j))] = fe
 			}
 		}
 		t.farPeak = max(t.farPeak, len(t.far))

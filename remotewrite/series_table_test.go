@@ -17,7 +17,7 @@ func TestSeriesTable(t *testing.T) {
 	// 1<<40 stands for a corrupt ref: it must not make the table allocate pages up to it.
 	refs := []chunks.HeadSeriesRef{1, 2, seriesPageSize - 1, seriesPageSize, 5*seriesPageSize + 7, 1 << 40}
 	for i, r := range refs {
-		st.set(r, seriesEntry{lbls: labels.FromStrings("i", string(rune('a'+i))), seg: i})
+		st.set(r, seriesEntry{lbls: labels.FromStrings("i", string(rune('a'+i))), seg: int32(i)})
 	}
 	st.set(2, seriesEntry{lbls: labels.FromStrings("i", "b2"), seg: 1}) // overwrite is not a new entry
 	if st.len() != len(refs) || len(st.pages) > 6 {
@@ -25,7 +25,7 @@ func TestSeriesTable(t *testing.T) {
 	}
 	for i, r := range refs {
 		e, ok := st.get(r)
-		if !ok || e.seg != i {
+		if !ok || int(e.seg) != i {
 			t.Errorf("get(%d) = %+v, %v", r, e, ok)
 		}
 	}
@@ -76,7 +76,7 @@ func TestSeriesTableCompacts(t *testing.T) {
 	want := map[chunks.HeadSeriesRef]int{}
 	rng := rand.New(rand.NewPCG(1, 2))
 	for ref := chunks.HeadSeriesRef(1); ref <= n; ref++ {
-		st.set(ref, seriesEntry{seg: int(ref)})
+		st.set(ref, seriesEntry{seg: int32(ref)})
 		want[ref] = int(ref)
 	}
 	full := st.bytes()
@@ -84,7 +84,7 @@ func TestSeriesTableCompacts(t *testing.T) {
 	kept := map[int]bool{}
 	st.deleteIf(func(e seriesEntry) bool {
 		if e.seg >= 19*seriesPageSize || rng.IntN(100) == 0 {
-			kept[e.seg] = true
+			kept[int(e.seg)] = true
 			return false
 		}
 		return true
@@ -102,7 +102,7 @@ func TestSeriesTableCompacts(t *testing.T) {
 		for ref := chunks.HeadSeriesRef(0); ref <= n+seriesPageSize; ref++ {
 			e, ok := st.get(ref)
 			w, wok := want[ref]
-			if ok != wok || (ok && e.seg != w) {
+			if ok != wok || (ok && int(e.seg) != w) {
 				t.Fatalf("%s: get(%d) = %d %v, want %d %v", when, ref, e.seg, ok, w, wok)
 			}
 		}

@@ -4,7 +4,6 @@ import (
 	"github.com/prometheus/common/model"
 	writev2 "github.com/prometheus/prometheus/prompb/io/prometheus/write/v2"
 	"github.com/prometheus/prometheus/storage/remote"
-	"github.com/prometheus/prometheus/tsdb/chunks"
 	"github.com/prometheus/prometheus/tsdb/record"
 	"github.com/prometheus/prometheus/util/compression"
 )
@@ -39,51 +38,53 @@ func newSeriesMeta(md record.RefMetadata) *seriesMeta {
 type v2Buffers struct {
 	req     writev2.Request
 	symbols writev2.SymbolsTable
-	index   map[chunks.HeadSeriesRef]int
 }
 
-// buildV2 fills b.v2.req with items grouped by series.
+// buildV2 fills b.v2.req with items grouped by series (see group), reusing
+// the series and their slices of the previous request.
 func (b *shardBuffers) buildV2(items []item) counts {
 	if b.v2 == nil {
-		b.v2 = &v2Buffers{symbols: writev2.NewSymbolTable(), index: map[chunks.HeadSeriesRef]int{}}
+		b.v2 = &v2Buffers{symbols: writev2.NewSymbolTable()}
 	}
 	v := b.v2
 	v.symbols.Reset()
-	clear(v.index)
-	var cnt counts
-	all := v.req.Timeseries[:0]
-	for _, it := range items {
-		i, ok := v.index[it.ref]
-		if !ok {
-			i = len(all)
-			v.index[it.ref] = i
-			ts := writev2.TimeSeries{LabelsRefs: v.symbols.SymbolizeLabels(it.lbls, nil)}
-			if it.meta != nil {
-				ts.Metadata = writev2.Metadata{
-					Type:    writev2.FromMetadataType(it.meta.typ),
-					HelpRef: v.symbols.Symbolize(it.meta.help),
-					UnitRef: v.symbols.Symbolize(it.meta.unit),
-				}
+	cnt := b.group(items)
+	all := v.req.Timeseries[:cap(v.req.Timeseries)]
+	for len(all) < len(b.series) {
+		all = append(all, writev2.TimeSeries{})
+		all = all[:cap(all)]
+	}
+	all = all[:len(b.series)]
+	for k, s := range b.series {
+		idx := b.order[s.start : s.start+s.n]
+		ts := &all[k]
+		first := &items[idx[0]]
+		ts.LabelsRefs = v.symbols.SymbolizeLabels(first.lbls, ts.LabelsRefs[:0])
+		ts.Samples = ts.Samples[:0]
+		clear(ts.Histograms)
+		ts.Histograms = ts.Histograms[:0]
+		clear(ts.Exemplars)
+		ts.Exemplars = ts.Exemplars[:0]
+		ts.Metadata = writev2.Metadata{}
+		if m := first.meta; m != nil {
+			ts.Metadata = writev2.Metadata{
+				Type:    writev2.FromMetadataType(m.typ),
+				HelpRef: v.symbols.Symbolize(m.help),
+				UnitRef: v.symbols.Symbolize(m.unit),
 			}
-			all = append(all, ts)
 		}
-		ts := &all[i]
-		switch it.kind {
-		case kindSample:
-			ts.Samples = append(ts.Samples, writev2.Sample{Value: it.v, Timestamp: it.t})
-			cnt.samples++
-		case kindHistogram:
-			ts.Histograms = append(ts.Histograms, writev2.FromIntHistogram(0, it.t, it.h))
-			cnt.histograms++
-		case kindFloatHistogram:
-			ts.Histograms = append(ts.Histograms, writev2.FromFloatHistogram(0, it.t, it.fh))
-			cnt.histograms++
-		case kindExemplar:
-			ts.Exemplars = append(ts.Exemplars, writev2.Exemplar{LabelsRefs: v.symbols.SymbolizeLabels(it.exLbls, nil), Value: it.v, Timestamp: it.t})
-			cnt.exemplars++
-		}
-		if it.kind != kindExemplar {
-			cnt.maxT = max(cnt.maxT, it.t)
+		for _, i := range idx {
+			it := &items[i]
+			switch it.kind {
+			case kindSample:
+				ts.Samples = append(ts.Samples, writev2.Sample{Value: it.v, Timestamp: it.t})
+			case kindHistogram:
+				ts.Histograms = append(ts.Histograms, writev2.FromIntHistogram(0, it.t, it.x.h))
+			case kindFloatHistogram:
+				ts.Histograms = append(ts.Histograms, writev2.FromFloatHistogram(0, it.t, it.x.fh))
+			case kindExemplar:
+				ts.Exemplars = append(ts.Exemplars, writev2.Exemplar{LabelsRefs: v.symbols.SymbolizeLabels(it.x.exLbls, nil), Value: it.v, Timestamp: it.t})
+			}
 		}
 	}
 	v.req.Timeseries = all
