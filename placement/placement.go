@@ -23,12 +23,15 @@
 //   - Gaining side: a gained target starts when every live peer, viewers
 //     included, has fenced the view it was gained under (Released: the ring
 //     and the scrape configuration, ViewID), or after
-//     --cluster.handoff-delay. On start the Coordinator holds the
-//     remote-write queues at the WAL end until every such peer has
-//     acknowledged its fence of that ring (a fence made before the hold, so
-//     two holding nodes never wait for each other), the peer is gone, or
-//     --cluster.handoff-timeout passes. So the receiver gets the old owner's
-//     samples first.
+//     --cluster.handoff-delay, unless a participating peer follows another
+//     placement generation (Contested): then it waits until that peer
+//     fences this one or leaves, at most --cluster.handoff-timeout. On
+//     start the Coordinator holds the remote-write queues at the WAL end
+//     until every such peer has acknowledged its last fence made before
+//     the hold (a peer that had not fenced the view: its next fence, for at
+//     most the hand-off delay), so that two holding nodes never wait for
+//     each other; or the peer is gone, or --cluster.handoff-timeout passes.
+//     So the receiver gets the old owner's samples first.
 //
 // Waiting for every live peer rather than for the previous owners of each
 // target is simpler and still sound: a peer that owned nothing of it fences
