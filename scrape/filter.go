@@ -50,7 +50,8 @@ type FilterOptions struct {
 	// last samples first. 0 means DefaultHandoffDelay (2s); a negative value
 	// disables the delay. Without Handoff, brand-new targets and targets
 	// nobody else owned are never delayed. With Handoff it is the upper bound
-	// of the wait for Handoff.Released, for every gained target.
+	// of the wait for Handoff.Released, for every gained target, except
+	// while Handoff.Contested says a peer may still be scraping it.
 	HandoffDelay time.Duration
 
 	// Handoff, when set, orders hand-offs: lost targets are fenced before
