@@ -26,7 +26,7 @@ const (
 	// maxKubeNodeLen is a Kubernetes node name's limit (a DNS subdomain);
 	// with the HTTP address it must stay within maxMetaStrings.
 	maxKubeNodeLen = 253
-	maxMetaStrings = 320
+	maxMetaStrings = 300
 	// maxLabelLen is memberlist's limit on the cluster label.
 	maxLabelLen = 255
 )

@@ -24,7 +24,7 @@ func TestKubeNodeInMetadata(t *testing.T) {
 	if err := checkKubeNode(name, len(addr)); err != nil {
 		t.Fatal(err)
 	}
-	max := Watermarks{FencedSeq: math.MaxUint64, FencedRing: math.MaxUint64, AckedSeq: math.MaxUint64}
+	max := Watermarks{FencedSeq: math.MaxUint64, FencedRing: math.MaxUint64, AckedSeq: math.MaxUint64, FencedPlacement: math.MaxUint64}
 	if b := encodeMetaKube(Terminating, addr, name, time.UnixMilli(math.MaxInt64), math.MaxUint64, max); len(b) > 512 {
 		t.Fatalf("metadata is %d bytes; memberlist allows 512", len(b))
 	}

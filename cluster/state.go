@@ -82,6 +82,12 @@ type Watermarks struct {
 	// AckedSeq is the highest fence whose samples every remote-write queue
 	// of the node has had acknowledged.
 	AckedSeq uint64
+	// FencedPlacement is the placement generation (placement.RingID) of
+	// fence FencedSeq, without the scrape configuration: a peer on another
+	// generation may own any target, one on the same generation with
+	// another configuration only the targets whose keys it moves. Zero
+	// from nodes of an older version.
+	FencedPlacement uint64
 }
 
 // nodeMeta is what a node gossips about itself in memberlist node metadata.
@@ -97,10 +103,12 @@ type nodeMeta struct {
 	FencedSeq  uint64 `json:"fs,omitempty"`
 	FencedRing uint64 `json:"fr,omitempty"`
 	AckedSeq   uint64 `json:"as,omitempty"`
+	// Placement generation of the fence; absent in older versions.
+	FencedPlacement uint64 `json:"fp,omitempty"`
 }
 
 func (m nodeMeta) watermarks() Watermarks {
-	return Watermarks{FencedSeq: m.FencedSeq, FencedRing: m.FencedRing, AckedSeq: m.AckedSeq}
+	return Watermarks{FencedSeq: m.FencedSeq, FencedRing: m.FencedRing, AckedSeq: m.AckedSeq, FencedPlacement: m.FencedPlacement}
 }
 
 func encodeMeta(state State, httpAddr string, start time.Time, lamport uint64) []byte {
@@ -113,15 +121,16 @@ func encodeMetaWith(state State, httpAddr string, start time.Time, lamport uint6
 
 func encodeMetaKube(state State, httpAddr, kubeNode string, start time.Time, lamport uint64, wm Watermarks) []byte {
 	b, _ := json.Marshal(nodeMeta{
-		Version:    metaVersion,
-		State:      state.String(),
-		HTTPAddr:   httpAddr,
-		KubeNode:   kubeNode,
-		StartTime:  start.UnixMilli(),
-		Lamport:    lamport,
-		FencedSeq:  wm.FencedSeq,
-		FencedRing: wm.FencedRing,
-		AckedSeq:   wm.AckedSeq,
+		Version:         metaVersion,
+		State:           state.String(),
+		HTTPAddr:        httpAddr,
+		KubeNode:        kubeNode,
+		StartTime:       start.UnixMilli(),
+		Lamport:         lamport,
+		FencedSeq:       wm.FencedSeq,
+		FencedRing:      wm.FencedRing,
+		AckedSeq:        wm.AckedSeq,
+		FencedPlacement: wm.FencedPlacement,
 	})
 	return b
 }

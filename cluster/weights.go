@@ -202,25 +202,37 @@ func current(w NodeWeights, p Peer) bool {
 	return p.StartTime.IsZero() || w.Incarnation/int64(time.Millisecond) >= p.StartTime.UnixMilli()
 }
 
-// mergeWeights takes the newer of every set in sets; sets about this node
-// or about nodes that are not alive members are ignored (a departed node's
-// set must not come back through a peer that still has it).
+// mergeWeights takes the newer of every set in sets, except those about
+// this node. A set of a node that is not an alive member is kept but not
+// listed (Weights lists alive members only), so a departed node's set cannot
+// come back through a peer that still has it. It must be kept all the same:
+// a node that (re)joins sends its set to every member at once, and a member
+// that hears of the join by gossip only after that send would otherwise go
+// without the set until the next push/pull (up to 10s), placing another
+// generation than the nodes that have it. Sets of nodes that do not show
+// up are forgotten after weightsKeep.
 func (n *Node) mergeWeights(sets map[string]NodeWeights) {
 	changed := false
+	now := time.Now()
 	n.mu.Lock()
 	for name, w := range sets {
 		if name == n.cfg.NodeName {
-			continue
-		}
-		if _, alive := n.peers[name]; !alive {
 			continue
 		}
 		if old, ok := n.weights[name]; ok && !w.newer(old) {
 			continue
 		}
 		n.weights[name] = w
-		changed = true
+		p, alive := n.peers[name]
+		if !alive {
+			if _, ok := n.gone[name]; !ok {
+				n.gone[name] = now
+			}
+			continue
+		}
+		changed = changed || current(w, p)
 	}
+	n.pruneWeightsLocked(now)
 	n.mu.Unlock()
 	if changed {
 		n.notify()

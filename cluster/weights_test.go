@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/shoal-dev/shoal/internal/testutil"
 )
 
@@ -121,4 +123,55 @@ func TestWeightsReachLateJoinerByPushPull(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// A node that (re)joins sends its set to every member at once over TCP; a
+// member that hears of the join by gossip only after that send must keep
+// the set and list it as soon as the node is alive. Dropped, the set came
+// only with the next push/pull, and in the meantime that member placed
+// another generation than the others (seen in a rolling restart of the
+// bounded placement: 15s of disagreement and two scrapers of one target).
+func TestWeightsSentBeforeTheJoinIsKnownAreKept(t *testing.T) {
+	tn := newTestNet(t)
+	a := startStatic(t, tn, 1, nil)[0].Node
+
+	cfg := testConfig(tn, 2)
+	cfg.Join = []string{tn.addr(1)}
+	c, err := New(cfg, testLogger(t, cfg.NodeName), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[uint64]float64{5: 50}
+	a.mergeWeights(map[string]NodeWeights{cfg.NodeName: {Incarnation: c.startTime.UnixNano(), Version: 1, Weights: want}})
+	if _, ok := a.Weights()[cfg.NodeName]; ok {
+		t.Fatal("the set of a node that is not a member yet is listed")
+	}
+	changes, unsubscribe := a.Subscribe()
+	defer unsubscribe()
+	if err := c.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Shutdown() })
+	// c publishes nothing itself: only the early message can give a its set.
+	testutil.Eventually(t, 10*time.Second, "the early set listed once the sender is a member", func() error {
+		if w, ok := a.Weights()[cfg.NodeName]; !ok || !maps.Equal(w.Weights, want) {
+			return fmt.Errorf("a sees %v (members: %s)", a.Weights(), view(a))
+		}
+		return nil
+	})
+	select {
+	case <-changes:
+	default:
+		t.Fatal("the join that made the set current did not notify subscribers")
+	}
+
+	// A set of a node that never shows up is forgotten with the departed ones.
+	a.mergeWeights(map[string]NodeWeights{"stranger": {Incarnation: 1, Version: 1, Weights: want}})
+	a.mu.Lock()
+	a.pruneWeightsLocked(time.Now().Add(weightsKeep + time.Second))
+	_, kept := a.weights["stranger"]
+	a.mu.Unlock()
+	if kept {
+		t.Fatal("the set of a node that never joined is kept forever")
+	}
 }

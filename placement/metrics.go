@@ -10,6 +10,7 @@ type metrics struct {
 	fencedSeq, ackedSeq, holds prometheus.Gauge
 	holdSeconds                prometheus.Histogram
 	holdTimeouts               prometheus.Counter
+	contested, contestTimeouts prometheus.Counter
 	// ModeBounded.
 	published, placed, load, limit prometheus.Gauge
 	generations                    prometheus.Counter
@@ -39,6 +40,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "shoal_handoff_hold_timeouts_total",
 			Help: "Remote-write holds released by --cluster.handoff-timeout rather than by the peers' acknowledgements.",
 		}),
+		contested: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "shoal_handoff_contested_total",
+			Help: "Placement generations whose gained targets waited past --cluster.handoff-delay because a participating peer followed another placement generation (it may still scrape them).",
+		}),
+		contestTimeouts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "shoal_handoff_contest_timeouts_total",
+			Help: "Such waits ended by --cluster.handoff-timeout rather than by the peers' fences: gained targets started although a peer still followed another placement.",
+		}),
 		published: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "shoal_placement_weights_published",
 			Help: "Per-target weights this node publishes (--cluster.placement=bounded): the targets it scrapes as primary, and lost ones until their new owner publishes them.",
@@ -61,7 +70,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		unregister: func() {},
 	}
-	cs := []prometheus.Collector{m.fencedSeq, m.ackedSeq, m.holds, m.holdSeconds, m.holdTimeouts,
+	cs := []prometheus.Collector{m.fencedSeq, m.ackedSeq, m.holds, m.holdSeconds, m.holdTimeouts, m.contested, m.contestTimeouts,
 		m.published, m.placed, m.load, m.limit, m.generations}
 	if reg != nil {
 		for i, c := range cs {

@@ -23,12 +23,15 @@
 //   - Gaining side: a gained target starts when every live peer, viewers
 //     included, has fenced the view it was gained under (Released: the ring
 //     and the scrape configuration, ViewID), or after
-//     --cluster.handoff-delay. On start the Coordinator holds the
-//     remote-write queues at the WAL end until every such peer has
-//     acknowledged its fence of that ring (a fence made before the hold, so
-//     two holding nodes never wait for each other), the peer is gone, or
-//     --cluster.handoff-timeout passes. So the receiver gets the old owner's
-//     samples first.
+//     --cluster.handoff-delay, unless a participating peer follows another
+//     placement generation (Contested): then it waits until that peer
+//     fences this one or leaves, at most --cluster.handoff-timeout. On
+//     start the Coordinator holds the remote-write queues at the WAL end
+//     until every such peer has acknowledged its last fence made before
+//     the hold (a peer that had not fenced the view: its next fence, for at
+//     most the hand-off delay), so that two holding nodes never wait for
+//     each other; or the peer is gone, or --cluster.handoff-timeout passes.
+//     So the receiver gets the old owner's samples first.
 //
 // Waiting for every live peer rather than for the previous owners of each
 // target is simpler and still sound: a peer that owned nothing of it fences
@@ -58,6 +61,7 @@ import (
 
 // Defaults for Options.
 const (
+	DefaultHandoffDelay   = scrape.DefaultHandoffDelay
 	DefaultHandoffTimeout = 5 * time.Minute
 	DefaultTerminateGrace = 5 * time.Second
 	// ackPoll is how often pending fences are checked against the queues'
@@ -114,8 +118,15 @@ type Options struct {
 	NodeName          string
 	Tokens            int // tokens per node; 0: ring.DefaultTokensPerNode
 	ReplicationFactor int // 0: 1
+	// HandoffDelay is --cluster.handoff-delay, the filter's wait for the
+	// peers' fences: a hold placed for targets that some peer had not fenced
+	// waits for that peer's next fence only this long (see Activate). 0
+	// means DefaultHandoffDelay.
+	HandoffDelay time.Duration
 	// HandoffTimeout bounds how long the remote-write queues are held for
-	// peers whose last samples of moved targets are not acknowledged yet.
+	// peers whose last samples of moved targets are not acknowledged yet,
+	// and how long gained targets wait past the hand-off delay for a peer
+	// that follows another placement generation (see Contested).
 	HandoffTimeout time.Duration
 	// TerminateGrace bounds how long Terminate waits for this node's last
 	// samples to be acknowledged before shutdown goes on.
@@ -133,6 +144,9 @@ type Options struct {
 func (o Options) withDefaults() Options {
 	if o.ReplicationFactor < 1 {
 		o.ReplicationFactor = 1
+	}
+	if o.HandoffDelay <= 0 {
+		o.HandoffDelay = DefaultHandoffDelay
 	}
 	if o.HandoffTimeout <= 0 {
 		o.HandoffTimeout = DefaultHandoffTimeout
@@ -176,11 +190,18 @@ type Coordinator struct {
 	fencedAny   bool // Fence was called since the last Fenced
 	fencedSeq   uint64
 	fencedRing  uint64
+	fencedGen   uint64 // RingID of the placement of fencedSeq
 	ackedSeq    uint64
 	finalSeq    uint64      // the fence made as a non-participant while terminating
 	pending     []fenceMark // fences not acknowledged yet, oldest first
 	holds       []*hold
 	ackedCh     chan struct{} // closed and replaced when ackedSeq moves
+	// The generation whose gained targets Contested keeps back past the
+	// hand-off delay (0: none), since when, and whether the hand-off
+	// timeout has ended that wait.
+	contestGen     uint64
+	contestSince   time.Time
+	contestExpired bool
 }
 
 type fenceMark struct {
@@ -190,17 +211,24 @@ type fenceMark struct {
 
 type hold struct {
 	start, due time.Time
-	release    func()
+	// nextUntil ends the wait for next fences (peerNeed.next): the hand-off
+	// delay after the hold was placed.
+	nextUntil time.Time
+	release   func()
 	// need is, per peer, the fence whose samples must be acknowledged
-	// before the hold goes: the peer's fence of this node's ring when the
-	// hold was placed, or its next fence if it had not fenced that ring yet.
+	// before the hold goes: the peer's last fence when the hold was placed.
 	// Only fences made before the hold are waited for, so every wait points
-	// back in time and two holding nodes can never wait for each other.
+	// back in time and two holding nodes can never wait for each other
+	// (a fence's acknowledgement waits for the holds placed before it). The
+	// one exception is bounded: a peer that had not fenced the hold's view
+	// is waited for until it acknowledges its next fence, but only until
+	// nextUntil.
 	need map[string]peerNeed
 }
 
 type peerNeed struct {
-	seq   uint64
+	seq   uint64    // the peer's last fence before the hold
+	next  bool      // it was not of the hold's view: until nextUntil, seq+1 is waited for
 	start time.Time // the peer's start time: a restarted peer is not waited for
 }
 
@@ -617,6 +645,7 @@ func (c *Coordinator) Fenced(r scrape.Placement, config uint64, participant bool
 	if c.terminating && !participant {
 		c.finalSeq = c.fencedSeq
 	}
+	c.fencedGen = RingID(r)
 	c.pending = append(c.pending, fenceMark{seq: c.fencedSeq, pos: pos})
 	wm := c.watermarksLocked()
 	c.mu.Unlock()
@@ -640,7 +669,7 @@ func (c *Coordinator) publishWatermarks() {
 }
 
 func (c *Coordinator) watermarksLocked() cluster.Watermarks {
-	return cluster.Watermarks{FencedSeq: c.fencedSeq, FencedRing: c.fencedRing, AckedSeq: c.ackedSeq}
+	return cluster.Watermarks{FencedSeq: c.fencedSeq, FencedRing: c.fencedRing, AckedSeq: c.ackedSeq, FencedPlacement: c.fencedGen}
 }
 
 // Released implements scrape.Handoff: every live peer that may scrape has
@@ -654,6 +683,61 @@ func (c *Coordinator) Released(r scrape.Placement, config uint64) bool {
 		}
 	}
 	return true
+}
+
+// Contested implements scrape.Handoff: whether targets gained under r that
+// waited out the hand-off delay without Released must wait on, because a
+// peer that takes part (participant or terminating) announces a last fence
+// of another placement generation. Under its placement that peer may own
+// any of them and still scrape it: started now, such a target would be
+// scraped twice and the receiver would refuse one node's samples (a whole
+// request of them with most receivers). The wait ends when every such peer
+// has fenced r's generation, has left, or is a viewer (a viewer's fences
+// are made owning nothing), and at the latest --cluster.handoff-timeout
+// after it began (counted and logged), so that a peer whose view never
+// converges cannot stop targets for good. Peers that announce no
+// generation (none fenced yet, or an older version) and peers on r's
+// generation under another scrape configuration do not hold targets past
+// the delay: the former can tell nothing, the latter own only what a
+// reload moves (see ViewID), as before.
+func (c *Coordinator) Contested(r scrape.Placement, config uint64) bool {
+	gen := RingID(r)
+	var who []string
+	for _, p := range c.peersToWaitFor() {
+		if p.State == cluster.Viewer || p.Handoff.FencedPlacement == 0 || p.Handoff.FencedPlacement == gen {
+			continue
+		}
+		who = append(who, p.Name)
+	}
+	now := c.now()
+	c.mu.Lock()
+	if len(who) == 0 {
+		c.contestGen = 0
+		c.mu.Unlock()
+		return false
+	}
+	started := c.contestGen != gen
+	if started {
+		c.contestGen, c.contestSince, c.contestExpired = gen, now, false
+	}
+	expired := !now.Before(c.contestSince.Add(c.opts.HandoffTimeout))
+	gaveUp := expired && !c.contestExpired
+	if gaveUp {
+		c.contestExpired = true
+	}
+	c.mu.Unlock()
+	switch {
+	case started:
+		c.metrics.contested.Inc()
+		c.logger.Info("Gained targets wait past --cluster.handoff-delay: peers follow another placement generation and may still scrape them",
+			"generation", fmt.Sprintf("%016x", gen), "peers", who)
+		c.wake() // Run schedules the timeout
+	case gaveUp:
+		c.metrics.contestTimeouts.Inc()
+		c.logger.Warn("Starting gained targets after --cluster.handoff-timeout although peers still follow another placement generation; a target may be scraped twice",
+			"generation", fmt.Sprintf("%016x", gen), "peers", who, "timeout", c.opts.HandoffTimeout)
+	}
+	return !expired
 }
 
 // fencedView reports whether p's last fence is of the view id. A peer of
@@ -710,13 +794,16 @@ func (c *Coordinator) Activate(r scrape.Placement, config uint64, units []scrape
 			// fenced anything yet (so owns nothing): nothing to wait for.
 			continue
 		}
-		seq := p.Handoff.FencedSeq
-		if !fencedView(p, viewID, ringID) {
-			seq++ // released by the hand-off delay: its fence of this view is still to come
-		}
-		need[p.Name] = peerNeed{seq: seq, start: p.StartTime}
+		// A peer that has not fenced this view (the units started on the
+		// hand-off delay: a reload it has not applied yet) fences the
+		// units it still scrapes with its next fence. Waiting for that
+		// one is waiting forward in time, so only for the hand-off delay:
+		// two nodes each holding for the other's next fence would
+		// otherwise wait for each other until the hand-off timeout. A
+		// peer that makes it later overlapped with this node anyway.
+		need[p.Name] = peerNeed{seq: p.Handoff.FencedSeq, next: !fencedView(p, viewID, ringID), start: p.StartTime}
 	}
-	h := &hold{start: now, due: now.Add(c.opts.HandoffTimeout), release: c.remote.Hold(pos), need: need}
+	h := &hold{start: now, due: now.Add(c.opts.HandoffTimeout), nextUntil: now.Add(c.opts.HandoffDelay), release: c.remote.Hold(pos), need: need}
 	c.mu.Lock()
 	c.holds = append(c.holds, h)
 	n := len(c.holds)
@@ -759,7 +846,7 @@ func (c *Coordinator) step() {
 	var done, expired []*hold
 	for _, h := range c.holds {
 		switch {
-		case h.satisfied(peers):
+		case h.satisfied(peers, now):
 			done = append(done, h)
 		case !now.Before(h.due):
 			expired = append(expired, h)
@@ -778,7 +865,7 @@ func (c *Coordinator) step() {
 		c.metrics.holdSeconds.Observe(now.Sub(h.start).Seconds())
 		c.metrics.holdTimeouts.Inc()
 		c.logger.Warn("Released the remote-write hold after --cluster.handoff-timeout although a peer's last samples of moved targets are not acknowledged; the receiver may refuse them as out of order",
-			"timeout", c.opts.HandoffTimeout, "peers", h.waitingFor(peers))
+			"timeout", c.opts.HandoffTimeout, "peers", h.waitingFor(peers, now))
 	}
 	if len(done)+len(expired) > 0 {
 		c.metrics.holds.Set(float64(len(keep)))
@@ -786,7 +873,7 @@ func (c *Coordinator) step() {
 }
 
 // nextWake is how long Run may sleep before polling acknowledgements or a
-// hold's timeout is due (0: nothing pending).
+// hold's or a contested wait's timeout is due (0: nothing pending).
 func (c *Coordinator) nextWake() time.Duration {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -795,23 +882,33 @@ func (c *Coordinator) nextWake() time.Duration {
 		// Acknowledgements are polled; peers' watermarks arrive as changes.
 		d = ackPoll
 	}
+	if c.contestGen != 0 && !c.contestExpired {
+		// The wake-up rechecks the filter, which asks Contested again.
+		if t := c.contestSince.Add(c.opts.HandoffTimeout).Sub(c.now()); t > 0 && (d == 0 || t < d) {
+			d = t
+		}
+	}
 	return d
 }
 
 // satisfied reports whether every peer h waits for has acknowledged the
 // fence h needs from it or is gone; see waitingFor.
-func (h *hold) satisfied(alive map[string]cluster.Peer) bool {
-	return len(h.waitingFor(alive)) == 0
+func (h *hold) satisfied(alive map[string]cluster.Peer, now time.Time) bool {
+	return len(h.waitingFor(alive, now)) == 0
 }
 
 // waitingFor lists, sorted, the alive peers whose samples h still waits for.
 // A peer that restarted since the hold was placed sends its old life's
 // backlog first (its queue reads its WAL in order), so the first fence it
 // acknowledges in its new life covers what h waited for.
-func (h *hold) waitingFor(alive map[string]cluster.Peer) []string {
+func (h *hold) waitingFor(alive map[string]cluster.Peer, now time.Time) []string {
 	var out []string
 	for name, n := range h.need {
 		p, ok := alive[name]
+		seq := n.seq
+		if n.next && now.Before(h.nextUntil) {
+			seq++
+		}
 		switch {
 		case !ok:
 			continue
@@ -819,7 +916,7 @@ func (h *hold) waitingFor(alive map[string]cluster.Peer) []string {
 			if p.Handoff.AckedSeq >= 1 {
 				continue
 			}
-		case p.Handoff.AckedSeq >= n.seq:
+		case p.Handoff.AckedSeq >= seq:
 			continue
 		}
 		out = append(out, name)

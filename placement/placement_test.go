@@ -493,9 +493,10 @@ func TestHoldWaitsOnlyForFencesBeforeIt(t *testing.T) {
 }
 
 // A peer released by the hand-off delay before it fenced this node's ring
-// is waited for until its next fence is acknowledged; one that restarted
-// until its new life acknowledges a fence (its queue sends the old backlog
-// first).
+// is waited for until its next fence is acknowledged (for at most the
+// hand-off delay, TestHoldsWaitingForEachOthersNextFenceEndAfterTheDelay);
+// one that restarted until its new life acknowledges a fence (its queue
+// sends the old backlog first).
 func TestHoldWaitsForLateAndRestartedPeers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := start(t, Options{HandoffTimeout: time.Minute})

@@ -50,7 +50,8 @@ type FilterOptions struct {
 	// last samples first. 0 means DefaultHandoffDelay (2s); a negative value
 	// disables the delay. Without Handoff, brand-new targets and targets
 	// nobody else owned are never delayed. With Handoff it is the upper bound
-	// of the wait for Handoff.Released, for every gained target.
+	// of the wait for Handoff.Released, for every gained target, except
+	// while Handoff.Contested says a peer may still be scraping it.
 	HandoffDelay time.Duration
 
 	// Handoff, when set, orders hand-offs: lost targets are fenced before
@@ -135,6 +136,12 @@ type Handoff interface {
 	// start. A reload that changes a target's URL moves its key: the peers
 	// must have applied the same configuration too.
 	Released(r Placement, config uint64) bool
+	// Contested reports whether targets gained under r and config that have
+	// waited out FilterOptions.HandoffDelay without Released must wait on:
+	// a peer may still be scraping them. They start when Released or when
+	// Contested turns false; the Filter asks again after Recheck, so the
+	// Handoff must call Recheck when its answer may change.
+	Contested(r Placement, config uint64) bool
 	// Activate is called with the units about to be passed on to the scrape
 	// manager for the first time (gained, or gained back) under r and
 	// config: they must be un-fenced, and their first samples ordered after
@@ -555,6 +562,7 @@ func (f *Filter) refilter(now time.Time) (out map[string][]*targetgroup.Group, c
 		h           = f.opts.Handoff
 		activated   []Unit
 		released    *bool // Handoff.Released(cur.ring), asked once when needed
+		contested   *bool // Handoff.Contested(cur.ring), likewise
 		timedOut    int
 	)
 	isReleased := func() bool {
@@ -563,6 +571,13 @@ func (f *Filter) refilter(now time.Time) (out map[string][]*targetgroup.Group, c
 			released = &r
 		}
 		return *released
+	}
+	isContested := func() bool {
+		if contested == nil {
+			c := h.Contested(cur.ring, cfgID)
+			contested = &c
+		}
+		return *contested
 	}
 	if rebuildKnown {
 		known = make(map[uint64]struct{}, len(f.known))
@@ -640,6 +655,8 @@ func (f *Filter) refilter(now time.Time) (out map[string][]*targetgroup.Group, c
 					active = true
 				case wasWaiting && h != nil && !w.fixed && isReleased():
 					active, gained = true, true
+				case wasWaiting && !now.Before(w.due) && h != nil && !w.fixed && isContested():
+					waiting[e.key] = w // until Released or uncontested (Recheck)
 				case wasWaiting && !now.Before(w.due):
 					active, gained = true, true
 					if h != nil {
@@ -724,7 +741,8 @@ func (f *Filter) refilter(now time.Time) (out map[string][]*targetgroup.Group, c
 		changed = true
 	}
 	for _, w := range waiting {
-		if next.IsZero() || w.due.Before(next) {
+		// A contested target past its due waits for Recheck, not a timer.
+		if w.due.After(now) && (next.IsZero() || w.due.Before(next)) {
 			next = w.due
 		}
 	}

@@ -18,6 +18,7 @@ import (
 type recordingHandoff struct {
 	mu        sync.Mutex
 	released  bool
+	contested bool
 	calls     []string
 	fenced    []Unit
 	activated []Unit
@@ -41,6 +42,19 @@ func (h *recordingHandoff) Released(Placement, uint64) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.released
+}
+
+// Contested answers what the test set with contest.
+func (h *recordingHandoff) Contested(Placement, uint64) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.contested
+}
+
+func (h *recordingHandoff) contest(contested bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.contested = contested
 }
 
 func (h *recordingHandoff) Activate(_ Placement, _ uint64, units []Unit) {
@@ -161,6 +175,68 @@ func TestHandoffGatesGainedAndFencesLost(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 		if o, ok := readNow(t, h); !ok || count(o) != waiting {
 			t.Fatalf("not passed on after the hand-off delay: %v", ok)
+		}
+		if v := testutil.ToFloat64(h.f.metrics.gateTimeouts); v != float64(waiting) {
+			t.Fatalf("shoal_handoff_delay_expired_total = %v, want %d", v, waiting)
+		}
+	})
+}
+
+// While the Handoff says a peer may still be scraping gained targets
+// (Contested: it follows another placement), the hand-off delay does not
+// start them: they wait, without a timer spinning, until Released or until
+// the contest ends, and only then are they activated and passed on.
+func TestContestedTargetsWaitPastTheDelay(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := loadConfig(t, twoJobs)
+		ho := &recordingHandoff{}
+		h := startFilter(t, FilterOptions{HandoffDelay: 2 * time.Second, RingCoalesce: -1, Handoff: ho}, nil, cfg)
+		h.f.SetRing(ring.New([]string{"b"}, 0), "a", 1, true)
+		h.send(t, discovery(100, "node"))
+		if o, ok := readNow(t, h); !ok || count(o) != 0 {
+			t.Fatalf("first output: %v %v", ok, o)
+		}
+		ho.contest(true)
+		h.f.SetRing(ring.New([]string{"a", "b"}, 0), "a", 1, true)
+		synctest.Wait()
+		ho.take()
+		refilters := func() int {
+			h.f.mu.Lock()
+			defer h.f.mu.Unlock()
+			return h.f.refilters
+		}
+		time.Sleep(10 * time.Second)
+		if o, ok := readNow(t, h); ok && count(o) != 0 {
+			t.Fatalf("%d contested targets started on the hand-off delay", count(o))
+		}
+		if _, _, activated := ho.take(); len(activated) != 0 {
+			t.Fatalf("%d contested units activated", len(activated))
+		}
+		before := refilters()
+		time.Sleep(10 * time.Second)
+		if n := refilters() - before; n != 0 {
+			t.Fatalf("%d re-filters in 10s without a Recheck: a timer spins on the overdue targets", n)
+		}
+		waiting := 0
+		for _, ti := range h.f.Targets() {
+			if ti.DropReason == ReasonWaitingHandoff {
+				waiting++
+			}
+		}
+		if waiting == 0 {
+			t.Fatal("no target waiting for hand-off")
+		}
+
+		// The peer caught up with this placement, but has not fenced this
+		// view (another configuration): the delay, long past, starts them.
+		ho.contest(false)
+		h.f.Recheck()
+		synctest.Wait()
+		if _, _, activated := ho.take(); len(activated) != waiting {
+			t.Fatalf("activated %d units once uncontested, want %d", len(activated), waiting)
+		}
+		if o, ok := readNow(t, h); !ok || count(o) != waiting {
+			t.Fatalf("passed on %v once uncontested, want %d", count(o), waiting)
 		}
 		if v := testutil.ToFloat64(h.f.metrics.gateTimeouts); v != float64(waiting) {
 			t.Fatalf("shoal_handoff_delay_expired_total = %v, want %d", v, waiting)

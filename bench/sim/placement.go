@@ -136,7 +136,13 @@ type Disagreement struct {
 	WeightsMoved int
 	// Join: half of the nodes have seen a new node join.
 	JoinOrphans, JoinDups int
-	Targets               int
+	// The same two cases with the hand-off gate (placement.Coordinator's
+	// Contested): a node does not start a target it gained while a peer
+	// follows another placement, so only the owner before the change
+	// scrapes, if its own view still gives it the target. Duplicates are
+	// then impossible; orphans last until the views agree.
+	WeightsGatedOrphans, WeightsGatedDups, JoinGatedOrphans, JoinGatedDups int
+	Targets                                                                int
 }
 
 // designSim is one design's state machine.
@@ -605,6 +611,27 @@ func SimulateDisagreement(design string, n int, ts []Target, c PlacementConfig) 
 		}
 		return func(n string) bool { return even[n] }
 	}
+	// gated counts like count, but a node scrapes only what its view
+	// gives it and the agreed owners before gave it too.
+	gated := func(a, b, before []string, inA func(string) bool) (orph, dup []int) {
+		orph, dup = make([]int, len(ts)), make([]int, len(ts))
+		for i := range ts {
+			scrapers := 0
+			if a[i] != "" && inA(a[i]) && a[i] == before[i] {
+				scrapers++
+			}
+			if b[i] != "" && !inA(b[i]) && b[i] == before[i] {
+				scrapers++
+			}
+			switch scrapers {
+			case 0:
+				orph[i] = 1
+			case 2:
+				dup[i] = 1
+			}
+		}
+		return orph, dup
+	}
 	sum := func(xs []int, keep func(int) bool) int {
 		s := 0
 		for i, x := range xs {
@@ -643,6 +670,8 @@ func SimulateDisagreement(design string, n int, ts []Target, c PlacementConfig) 
 			now, before := namesOf(r.d.owners(), r.d.nodes()), namesOf(old.owners(), old.nodes())
 			o, d = count(now, before, half(r.d.nodes()))
 			res.WeightsOrphans, res.WeightsDups = sum(o, all), sum(d, all)
+			o, d = gated(now, before, before, half(r.d.nodes()))
+			res.WeightsGatedOrphans, res.WeightsGatedDups = sum(o, all), sum(d, all)
 			for i := range now {
 				if now[i] != before[i] {
 					res.WeightsMoved++
@@ -659,8 +688,11 @@ func SimulateDisagreement(design string, n int, ts []Target, c PlacementConfig) 
 	joined.join("shoal-" + strconv.Itoa(n))
 	inA := half(old.nodes())
 	inAJ := func(s string) bool { return s == "shoal-"+strconv.Itoa(n) || inA(s) }
-	o, d = count(namesOf(joined.owners(), joined.nodes()), namesOf(old.owners(), old.nodes()), inAJ)
+	after, before := namesOf(joined.owners(), joined.nodes()), namesOf(old.owners(), old.nodes())
+	o, d = count(after, before, inAJ)
 	res.JoinOrphans, res.JoinDups = sum(o, all), sum(d, all)
+	o, d = gated(after, before, before, inAJ)
+	res.JoinGatedOrphans, res.JoinGatedDups = sum(o, all), sum(d, all)
 	return res
 }
 
@@ -723,15 +755,17 @@ func PlacementReport(sizes []int, targets int, c PlacementConfig) string {
 	ts := Targets(targets, 100, 50, 0.02)
 	b = append(b, "**While views disagree** (skewed targets; half of the nodes hold one view, half the other). "+
 		"*1% of targets*: a discovery update has reached only half of the nodes — orphans and duplicates among the 99% every node sees, then among the 1%. "+
-		"*state*: the largest target doubled and the state published in answer (its weight, or its owner's token count) has reached only half; today's ring and hashmod publish nothing. *join*: only half have seen a new node. Counts are targets.\n\n"...)
-	b = append(b, "| design | nodes | 1% of targets: common orphaned / duplicated | 1% of targets: partial orphaned / duplicated | state: moved, orphaned / duplicated | join: orphaned / duplicated |\n"...)
-	b = append(b, "|---|---:|---:|---:|---:|---:|\n"...)
+		"*state*: the largest target doubled and the state published in answer (its weight, or its owner's token count) has reached only half; today's ring and hashmod publish nothing. *join*: only half have seen a new node. "+
+		"*gated*: the same with shoal's hand-off gate, where a node does not start a target it gained while a peer follows another placement (the owner from before keeps it if its own view does): no duplicates, orphans until the views agree. Counts are targets.\n\n"...)
+	b = append(b, "| design | nodes | 1% of targets: common orphaned / duplicated | 1% of targets: partial orphaned / duplicated | state: moved, orphaned / duplicated | state gated: orphaned / duplicated | join: orphaned / duplicated | join gated: orphaned / duplicated |\n"...)
+	b = append(b, "|---|---:|---:|---:|---:|---:|---:|---:|\n"...)
 	for _, d := range append(slices.Clone(Designs), DesignBoundedLocal) {
 		for _, n := range sizes {
 			r := SimulateDisagreement(d, n, ts, c)
-			b = fmt.Appendf(b, "| %s | %d | %d / %d | %d / %d | %d, %d / %d | %d / %d |\n", d, n,
+			b = fmt.Appendf(b, "| %s | %d | %d / %d | %d / %d | %d, %d / %d | %d / %d | %d / %d | %d / %d |\n", d, n,
 				r.TargetsCommonOrphans, r.TargetsCommonDups, r.TargetsPartialOrphans, r.TargetsPartialDups,
-				r.WeightsMoved, r.WeightsOrphans, r.WeightsDups, r.JoinOrphans, r.JoinDups)
+				r.WeightsMoved, r.WeightsOrphans, r.WeightsDups, r.WeightsGatedOrphans, r.WeightsGatedDups,
+				r.JoinOrphans, r.JoinDups, r.JoinGatedOrphans, r.JoinGatedDups)
 		}
 	}
 	b = append(b, '\n')

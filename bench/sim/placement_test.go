@@ -87,6 +87,20 @@ func TestPlacementDisagreement(t *testing.T) {
 	if r := SimulateDisagreement(DesignBoundedLocal, 30, ts, c); r.TargetsCommonOrphans+r.TargetsCommonDups == 0 {
 		t.Error("bounded load over local target sets: no cascade onto common targets")
 	}
+	// With the hand-off gate nothing is scraped twice while views differ;
+	// the price is orphans, only among the targets the change moves.
+	for _, d := range Designs {
+		r := SimulateDisagreement(d, 10, ts, c)
+		if r.WeightsGatedDups != 0 || r.JoinGatedDups != 0 {
+			t.Errorf("%s with the gate: %d (state) and %d (join) scraped twice", d, r.WeightsGatedDups, r.JoinGatedDups)
+		}
+		if r.WeightsGatedOrphans > r.WeightsMoved {
+			t.Errorf("%s with the gate: %d orphaned, but the state change moved only %d", d, r.WeightsGatedOrphans, r.WeightsMoved)
+		}
+		if d == DesignRing && r.JoinGatedOrphans == 0 {
+			t.Errorf("ring with the gate, join seen by half: nothing orphaned (ungated: %d duplicated): the scenario measures nothing", r.JoinDups)
+		}
+	}
 }
 
 func TestPlacementReportSmoke(t *testing.T) {

@@ -267,6 +267,7 @@ func run(ctx context.Context, f *flags) error {
 			NodeName:          f.nodeName,
 			Tokens:            f.tokens,
 			ReplicationFactor: f.replicationFactor,
+			HandoffDelay:      f.handoffDelay, // 0 (no gate wait): holds still wait the default for next fences
 			HandoffTimeout:    f.handoffTimeout,
 			TerminateGrace:    f.terminateGraceDeadline,
 			Placement:         f.placement,
