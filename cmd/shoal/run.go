@@ -90,6 +90,7 @@ type agent struct {
 func run(ctx context.Context, f *flags) error {
 	logger := promslog.New(&f.log)
 	logger.Info("Starting shoal", "version", version.Info(), "build_context", version.BuildContext())
+	applyMemoryLimit(f.autoMemLimit, f.autoMemLimitRatio, logger)
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
