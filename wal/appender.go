@@ -42,6 +42,7 @@ type appender struct {
 	newSeriesPtr []*memSeries
 	recs         [][]byte
 	bufs         [8][]byte
+	logDone      chan error // the writer's answer to this appender's commit
 }
 
 var _ storage.ExemplarAppenderV2 = (*appender)(nil)
@@ -355,7 +356,10 @@ func (a *appender) Commit() error {
 	} else {
 		recs = recs[1:]
 	}
-	if err := s.wal.Log(recs...); err != nil {
+	if a.logDone == nil {
+		a.logDone = make(chan error, 1)
+	}
+	if err := s.logLocked(recs, a.logDone); err != nil {
 		for _, ms := range a.newSeriesPtr {
 			ms.logged = false
 		}
