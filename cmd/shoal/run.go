@@ -28,7 +28,6 @@ import (
 	toolkit "github.com/prometheus/exporter-toolkit/web"
 	"github.com/prometheus/prometheus/config"
 	"github.com/prometheus/prometheus/discovery"
-	_ "github.com/prometheus/prometheus/discovery/install" // every service discovery Prometheus has
 	"github.com/prometheus/prometheus/discovery/targetgroup"
 	promscrape "github.com/prometheus/prometheus/scrape"
 	"github.com/prometheus/prometheus/storage"
