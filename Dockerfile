@@ -16,7 +16,9 @@ RUN go mod download
 COPY . .
 ARG VERSION=dev
 ARG REVISION=unknown
-RUN CGO_ENABLED=0 go build -trimpath -o /out/shoal \
+# GOTAGS=slim_sd: only file, DNS, HTTP, Kubernetes and Consul discovery.
+ARG GOTAGS=
+RUN CGO_ENABLED=0 go build -trimpath -tags "${GOTAGS}" -o /out/shoal \
       -ldflags "-s -w \
         -X github.com/prometheus/common/version.Version=${VERSION} \
         -X github.com/prometheus/common/version.Revision=${REVISION} \

@@ -13,8 +13,12 @@ LDFLAGS    = -X github.com/prometheus/common/version.Version=$(VERSION) \
 
 all: build
 
+# GOTAGS=slim_sd builds shoal with only file, DNS, HTTP, Kubernetes and
+# Consul service discovery (see README, Configuration).
+GOTAGS    ?=
+
 build:
-	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/shoal ./cmd/shoal
+	$(GO) build -tags '$(GOTAGS)' -ldflags '$(LDFLAGS)' -o $(BIN)/shoal ./cmd/shoal
 	$(GO) build -o $(BIN)/shoal-receiver ./cmd/shoal-receiver
 	$(GO) build -o $(BIN)/shoal-loadgen ./cmd/shoal-loadgen
 
@@ -101,7 +105,7 @@ chart-docs:
 CONTAINER_ENGINE ?= docker
 IMAGE            ?= ghcr.io/shoal-dev/shoal:$(VERSION)
 image:
-	$(CONTAINER_ENGINE) build --build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) -t $(IMAGE) .
+	$(CONTAINER_ENGINE) build --build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) --build-arg GOTAGS=$(GOTAGS) -t $(IMAGE) .
 
 # A local 3-replica cluster with 30 demo targets and a local receiver; Ctrl-C stops it.
 demo:

@@ -3,6 +3,7 @@ module github.com/shoal-dev/shoal
 go 1.26.8
 
 require (
+	github.com/KimMachineGun/automemlimit v1.0.0
 	github.com/alecthomas/kingpin/v2 v2.4.0
 	github.com/cespare/xxhash/v2 v2.3.0
 	github.com/chromedp/chromedp v0.23.1
@@ -48,6 +49,7 @@ require (
 	github.com/mitchellh/go-wordwrap v1.0.1 // indirect
 	github.com/moby/term v0.5.2 // indirect
 	github.com/monochromegane/go-gitignore v0.0.0-20200626010858-205db1a8cc00 // indirect
+	github.com/pbnjay/memory v0.0.0-20210728143218-7b4eea64cf58 // indirect
 	github.com/peterbourgon/diskv v2.0.1+incompatible // indirect
 	github.com/prometheus/alertmanager v0.34.1 // indirect
 	github.com/rubenv/sql-migrate v1.8.1 // indirect

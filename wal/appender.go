@@ -8,6 +8,7 @@ import (
 	"time"
 	"unicode/utf8"
 	"unique"
+	"unsafe"
 
 	"github.com/prometheus/prometheus/model/exemplar"
 	"github.com/prometheus/prometheus/model/histogram"
@@ -36,12 +37,22 @@ type appender struct {
 	exSeries     []*memSeries // pinned by AppendExemplars alone
 	metas        []record.RefMetadata
 	metaSeries   []*memSeries
+	metaHandles  []unique.Handle[metadata.Metadata]
+
+	// metaIn and metaH remember the last metadata passed to Append and its
+	// interned handle: a scrape passes the same strings for every series of
+	// a family, so comparing the strings' addresses replaces a byte-wise
+	// comparison (and a hash) per sample. metaIn keeps those strings alive
+	// until release, so an equal address always means equal bytes.
+	metaIn metadata.Metadata
+	metaH  unique.Handle[metadata.Metadata]
 
 	// Reused between batches.
 	newSeries    []record.RefSeries
 	newSeriesPtr []*memSeries
 	recs         [][]byte
 	bufs         [8][]byte
+	logDone      chan error // the writer's answer to this appender's commit
 }
 
 var _ storage.ExemplarAppenderV2 = (*appender)(nil)
@@ -72,13 +83,29 @@ func (a *appender) Append(ref storage.SeriesRef, ls labels.Labels, st, t int64, 
 		return 0, storage.ErrOutOfBounds
 	}
 
-	ms, err := a.getOrCreate(chunks.HeadSeriesRef(ref), ls)
-	if err != nil {
-		s.metrics.rejected.WithLabelValues(rejectInvalid).Inc()
-		return 0, err
+	// The scrape loop caches refs, so the series is nearly always found by
+	// ref: pin it and check the sample under one lock.
+	var ms *memSeries
+	if ref != 0 {
+		if ms = s.series.getByRef(chunks.HeadSeriesRef(ref)); ms != nil {
+			ms.mu.Lock()
+			if ms.dead {
+				ms.mu.Unlock()
+				ms = nil
+			} else {
+				ms.pending++
+			}
+		}
 	}
-
-	ms.mu.Lock()
+	if ms == nil {
+		var err error
+		if ms, err = a.getOrCreate(0, ls); err != nil {
+			s.metrics.rejected.WithLabelValues(rejectInvalid).Inc()
+			return 0, err
+		}
+		ms.mu.Lock()
+	}
+	// ms is pinned and locked.
 	if t <= ms.lastTs {
 		same := t == ms.lastTs
 		repeat := same && h == nil && fh == nil && ms.lastFloat && math.Float64bits(v) == ms.lastV
@@ -97,8 +124,11 @@ func (a *appender) Append(ref storage.SeriesRef, ls labels.Labels, st, t int64, 
 			return 0, storage.ErrOutOfOrderSample
 		}
 	}
-	metaChanged := !stale && !opts.Metadata.IsEmpty() &&
-		(ms.meta == (unique.Handle[metadata.Metadata]{}) || ms.meta.Value() != opts.Metadata)
+	var meta unique.Handle[metadata.Metadata]
+	if !stale && !opts.Metadata.IsEmpty() {
+		meta = a.intern(opts.Metadata)
+	}
+	metaChanged := meta != (unique.Handle[metadata.Metadata]{}) && ms.meta != meta
 	ms.mu.Unlock()
 
 	switch {
@@ -117,6 +147,7 @@ func (a *appender) Append(ref storage.SeriesRef, ls labels.Labels, st, t int64, 
 		return storage.SeriesRef(ms.ref), nil
 	}
 	if metaChanged {
+		a.metaHandles = append(a.metaHandles, meta)
 		a.metas = append(a.metas, record.RefMetadata{
 			Ref:  ms.ref,
 			Type: record.GetMetricType(opts.Metadata.Type),
@@ -130,6 +161,24 @@ func (a *appender) Append(ref storage.SeriesRef, ls labels.Labels, st, t int64, 
 		return storage.SeriesRef(ms.ref), a.addExemplars(ms, opts.Exemplars)
 	}
 	return storage.SeriesRef(ms.ref), nil
+}
+
+// intern returns the interned handle of m, reusing the last one when m
+// has the very same strings.
+func (a *appender) intern(m metadata.Metadata) unique.Handle[metadata.Metadata] {
+	if a.metaH == (unique.Handle[metadata.Metadata]{}) || !sameStrings(m, a.metaIn) {
+		a.metaIn, a.metaH = m, unique.Make(m)
+	}
+	return a.metaH
+}
+
+// sameStrings reports whether a and b are made of the same strings in
+// memory (same address and length), which implies equal values.
+func sameStrings(a, b metadata.Metadata) bool {
+	same := func(x, y string) bool {
+		return len(x) == len(y) && unsafe.StringData(x) == unsafe.StringData(y)
+	}
+	return a.Type == b.Type && same(a.Unit, b.Unit) && same(a.Help, b.Help)
 }
 
 // AppendExemplars adds exemplars for a series that already exists (appended
@@ -355,7 +404,10 @@ func (a *appender) Commit() error {
 	} else {
 		recs = recs[1:]
 	}
-	if err := s.wal.Log(recs...); err != nil {
+	if a.logDone == nil {
+		a.logDone = make(chan error, 1)
+	}
+	if err := s.logLocked(recs, a.logDone); err != nil {
 		for _, ms := range a.newSeriesPtr {
 			ms.logged = false
 		}
@@ -387,11 +439,9 @@ func (a *appender) Commit() error {
 	for _, ms := range a.exSeries {
 		ms.unpin()
 	}
-	for i, m := range a.metas {
-		ms := a.metaSeries[i]
-		h := unique.Make(metadata.Metadata{Type: record.ToMetricType(m.Type), Unit: m.Unit, Help: m.Help})
+	for i, ms := range a.metaSeries {
 		ms.mu.Lock()
-		ms.meta = h
+		ms.meta = a.metaHandles[i]
 		ms.mu.Unlock()
 	}
 
@@ -493,6 +543,8 @@ func (a *appender) release() {
 	clear(a.exSeries)
 	clear(a.metas)
 	clear(a.metaSeries)
+	clear(a.metaHandles)
+	a.metaIn, a.metaH = metadata.Metadata{}, unique.Handle[metadata.Metadata]{}
 	clear(a.newSeries)
 	clear(a.newSeriesPtr)
 	clear(a.recs)
@@ -500,7 +552,7 @@ func (a *appender) release() {
 	a.hists, a.histSeries = a.hists[:0], a.histSeries[:0]
 	a.fhists, a.fhistSeries = a.fhists[:0], a.fhistSeries[:0]
 	a.exemplars, a.exSeries = a.exemplars[:0], a.exSeries[:0]
-	a.metas, a.metaSeries = a.metas[:0], a.metaSeries[:0]
+	a.metas, a.metaSeries, a.metaHandles = a.metas[:0], a.metaSeries[:0], a.metaHandles[:0]
 	a.newSeries, a.newSeriesPtr, a.recs = a.newSeries[:0], a.newSeriesPtr[:0], a.recs[:0]
 	a.s.appenders.Put(a)
 }

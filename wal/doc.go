@@ -42,7 +42,10 @@
 //
 // Appenders from many scrape loops run concurrently; series are indexed by
 // labels hash (collisions compared label by label) and by ref in striped
-// maps, and each series has its own small lock. Append refuses, without
+// maps, and each series has its own small lock. Commits encode their
+// records on the scrape loop's goroutine, but one writer goroutine makes
+// every wlog.Log call: snappy's encoder has a 32 KiB stack frame, which
+// would otherwise grow every scrape loop's stack to 64 KiB for good. Append refuses, without
 // failing the scrape (the scrape loop counts these):
 //
 //   - a sample older than the newest committed one of its series:

@@ -11,37 +11,44 @@ import (
 	"github.com/prometheus/prometheus/tsdb/chunks"
 )
 
-// memSeries is what the WAL remembers about one series.
+// memSeries is what the WAL remembers about one series. The fields are
+// ordered so that it fits the 96-byte size class (every byte here is paid
+// per series).
 type memSeries struct {
 	ref  chunks.HeadSeriesRef
 	lset labels.Labels
 	hash uint64
+	// next is another series whose labels have the same hash (a collision
+	// or a forgotten series' successor), guarded by its hash stripe's lock.
+	next *memSeries
 
-	// logged is true once a series record for ref is in the WAL. Guarded by
-	// Storage.commitMu (not mu): whoever commits the first sample writes it.
-	logged bool
-
-	mu sync.Mutex
+	// Guarded by mu:
 	// lastTs is the newest committed sample timestamp (math.MinInt64: none).
 	lastTs int64
 	// lastV is the value of the float sample at lastTs, to tell a harmless
 	// repeat from a conflicting duplicate.
-	lastV     uint64
-	lastFloat bool
+	lastV uint64
 	// touched is the wall-clock time (ms) of the last commit with a sample of
 	// this series, or of its creation; series GC compares against it.
 	touched int64
-	// pending counts the uncommitted appends that refer to this series. GC
-	// never removes a series with pending > 0, so a commit never refers to a
-	// forgotten series.
-	pending int32
-	// dead is set by GC when the series is forgotten; a dead series is never
-	// used again (a new one is created for the same labels).
-	dead bool
 	// meta is the last metadata written for the series (zero: none).
 	meta unique.Handle[metadata.Metadata]
 	// lastExemplar is used to drop repeated exemplars (nil: none yet).
 	lastExemplar *exemplar.Exemplar
+
+	mu sync.Mutex
+	// pending counts the uncommitted appends that refer to this series. GC
+	// never removes a series with pending > 0, so a commit never refers to a
+	// forgotten series.
+	pending int32
+	// lastFloat tells whether the sample at lastTs is a float one (mu).
+	lastFloat bool
+	// dead is set by GC when the series is forgotten; a dead series is never
+	// used again (a new one is created for the same labels). Guarded by mu.
+	dead bool
+	// logged is true once a series record for ref is in the WAL. Guarded by
+	// Storage.commitMu (not mu): whoever commits the first sample writes it.
+	logged bool
 }
 
 func newMemSeries(ref chunks.HeadSeriesRef, lset labels.Labels, hash uint64, touched int64) *memSeries {
@@ -61,7 +68,7 @@ type stripeSeries struct {
 
 type hashStripe struct {
 	sync.RWMutex
-	m map[uint64][]*memSeries // several entries only on hash collisions
+	m map[uint64]*memSeries // the first of the series with that hash (see memSeries.next)
 	// peak is the most entries m held since it was made: Go maps never
 	// give their buckets back, so gc rebuilds m once it shrank well below.
 	peak int
@@ -77,7 +84,7 @@ func newStripeSeries() *stripeSeries {
 		refs:   newRefIndex(),
 	}
 	for i := range s.hashes {
-		s.hashes[i].m = map[uint64][]*memSeries{}
+		s.hashes[i].m = map[uint64]*memSeries{}
 	}
 	return s
 }
@@ -92,7 +99,7 @@ func (s *stripeSeries) getByLabels(hash uint64, lset labels.Labels) *memSeries {
 	st := &s.hashes[hash&s.mask]
 	st.RLock()
 	defer st.RUnlock()
-	for _, ms := range st.m[hash] {
+	for ms := st.m[hash]; ms != nil; ms = ms.next {
 		if labels.Equal(ms.lset, lset) && !ms.isDead() {
 			return ms
 		}
@@ -112,13 +119,14 @@ func (ms *memSeries) isDead() bool {
 func (s *stripeSeries) getOrSet(ms *memSeries) (_ *memSeries, created bool) {
 	st := &s.hashes[ms.hash&s.mask]
 	st.Lock()
-	for _, o := range st.m[ms.hash] {
+	for o := st.m[ms.hash]; o != nil; o = o.next {
 		if labels.Equal(o.lset, ms.lset) && !o.isDead() {
 			st.Unlock()
 			return o, false
 		}
 	}
-	st.m[ms.hash] = append(st.m[ms.hash], ms)
+	ms.next = st.m[ms.hash]
+	st.m[ms.hash] = ms
 	st.peak = max(st.peak, len(st.m))
 	st.Unlock()
 	s.refs.set(ms.ref, ms)
@@ -131,13 +139,18 @@ func (s *stripeSeries) getOrSet(ms *memSeries) (_ *memSeries, created bool) {
 func (s *stripeSeries) replaceByLabels(old, ms *memSeries) {
 	st := &s.hashes[ms.hash&s.mask]
 	st.Lock()
-	list := st.m[ms.hash]
-	for i, o := range list {
-		if o == old {
-			list[i] = ms
-			break
+	if head := st.m[ms.hash]; head == old {
+		ms.next = old.next
+		st.m[ms.hash] = ms
+	} else {
+		for p := head; p != nil; p = p.next {
+			if p.next == old {
+				ms.next, p.next = old.next, ms
+				break
+			}
 		}
 	}
+	old.next = nil
 	st.Unlock()
 	s.refs.set(ms.ref, ms)
 }
@@ -168,17 +181,22 @@ func (s *stripeSeries) gc(cutoff int64) []*memSeries {
 	for _, ms := range victims {
 		st := &s.hashes[ms.hash&s.mask]
 		st.Lock()
-		list := st.m[ms.hash]
-		for i, o := range list {
-			if o == ms {
-				list = append(list[:i], list[i+1:]...)
-				break
+		head := st.m[ms.hash]
+		if head == ms {
+			head = ms.next
+		} else {
+			for p := head; p != nil; p = p.next {
+				if p.next == ms {
+					p.next = ms.next
+					break
+				}
 			}
 		}
-		if len(list) == 0 {
+		ms.next = nil
+		if head == nil {
 			delete(st.m, ms.hash)
 		} else {
-			st.m[ms.hash] = list
+			st.m[ms.hash] = head
 		}
 		st.Unlock()
 	}
@@ -204,8 +222,8 @@ func (s *stripeSeries) forEach(f func(*memSeries)) {
 	for i := range s.hashes {
 		st := &s.hashes[i]
 		st.RLock()
-		for _, list := range st.m {
-			for _, ms := range list {
+		for _, head := range st.m {
+			for ms := head; ms != nil; ms = ms.next {
 				f(ms)
 			}
 		}

@@ -65,6 +65,9 @@ type flags struct {
 	placement              string
 	terminateGraceDeadline time.Duration
 
+	autoMemLimit      bool
+	autoMemLimitRatio float64
+
 	log promslog.Config
 }
 
@@ -146,6 +149,11 @@ func parseFlags(args []string) (*flags, error) {
 	app.Flag("cluster.placement", "How targets are placed on the participants: ring (consistent hashing, equal shares of the key space) or bounded (bounded-load consistent hashing over the samples/s each owner measures and gossips: no node above 1.10 × the mean). Every node must run the same.").
 		Default(placement.ModeRing).EnumVar(&f.placement, placement.Modes...)
 
+	app.Flag("auto-gomemlimit", "Set the Go runtime's soft memory limit (GOMEMLIMIT) from the container's memory limit (cgroup), or the machine's memory where there is none. A GOMEMLIMIT environment variable wins.").
+		Default("true").BoolVar(&f.autoMemLimit)
+	app.Flag("auto-gomemlimit.ratio", "Share of the detected memory limit given to GOMEMLIMIT; the rest is headroom for what the Go runtime does not count (binary pages, fragmentation). Greater than 0, at most 1.").
+		Default("0.9").FloatVar(&f.autoMemLimitRatio)
+
 	promslogflag.AddFlags(app, &f.log)
 
 	if _, err := app.Parse(args); err != nil {
@@ -153,6 +161,9 @@ func parseFlags(args []string) (*flags, error) {
 	}
 	if strings.HasPrefix(f.replicaLabel, "__") || (f.replicaLabel != "" && !labelNameRE.MatchString(f.replicaLabel)) {
 		return nil, fmt.Errorf("--cluster.replica-label=%q is not a valid target label name (it must not start with \"__\", which Prometheus strips from target labels)", f.replicaLabel)
+	}
+	if f.autoMemLimitRatio <= 0 || f.autoMemLimitRatio > 1 {
+		return nil, fmt.Errorf("--auto-gomemlimit.ratio must be greater than 0 and at most 1, got %g", f.autoMemLimitRatio)
 	}
 	if f.handoffTimeout <= 0 {
 		return nil, fmt.Errorf("--cluster.handoff-timeout must be positive, got %s", f.handoffTimeout)

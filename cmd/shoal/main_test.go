@@ -39,6 +39,8 @@ func TestFlagDefaultsFollowSpec(t *testing.T) {
 		{"cluster.wait-timeout", f.waitTimeout, 5 * time.Minute},
 		{"cluster.replication-factor", f.replicationFactor, 1},
 		{"cluster.tokens", f.tokens, 512},
+		{"auto-gomemlimit", f.autoMemLimit, true},
+		{"auto-gomemlimit.ratio", f.autoMemLimitRatio, 0.9},
 	}
 	for _, c := range checks {
 		if c.got != c.want {
@@ -60,6 +62,8 @@ func TestBadFlagsAreRefusedWithTheirName(t *testing.T) {
 		{[]string{"--no-such-flag"}, "no-such-flag"},
 		{[]string{"--cluster.tokens=100000"}, "--cluster.tokens"},
 		{[]string{"--cluster.node-name=", "--cluster.tokens=abc"}, "--cluster.tokens=abc"},
+		{[]string{"--auto-gomemlimit.ratio=0"}, "--auto-gomemlimit.ratio"},
+		{[]string{"--auto-gomemlimit.ratio=1.5"}, "--auto-gomemlimit.ratio"},
 	} {
 		_, err := parseFlags(tc.args)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

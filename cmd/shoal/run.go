@@ -28,7 +28,6 @@ import (
 	toolkit "github.com/prometheus/exporter-toolkit/web"
 	"github.com/prometheus/prometheus/config"
 	"github.com/prometheus/prometheus/discovery"
-	_ "github.com/prometheus/prometheus/discovery/install" // every service discovery Prometheus has
 	"github.com/prometheus/prometheus/discovery/targetgroup"
 	promscrape "github.com/prometheus/prometheus/scrape"
 	"github.com/prometheus/prometheus/storage"
@@ -90,6 +89,7 @@ type agent struct {
 func run(ctx context.Context, f *flags) error {
 	logger := promslog.New(&f.log)
 	logger.Info("Starting shoal", "version", version.Info(), "build_context", version.BuildContext())
+	applyMemoryLimit(f.autoMemLimit, f.autoMemLimitRatio, logger)
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(

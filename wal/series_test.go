@@ -1,0 +1,75 @@
+package wal
+
+import (
+	"testing"
+
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/tsdb/chunks"
+)
+
+// Series whose labels share a hash are chained; every operation must find,
+// replace and remove the right one wherever it sits in the chain.
+func TestStripeSeriesHashCollisions(t *testing.T) {
+	const hash = 42 // the same for all: every series collides
+	s := newStripeSeries()
+	lsets := []labels.Labels{
+		labels.FromStrings("__name__", "a"),
+		labels.FromStrings("__name__", "b"),
+		labels.FromStrings("__name__", "c"),
+	}
+	for i, ls := range lsets {
+		ms, created := s.getOrSet(newMemSeries(chunks.HeadSeriesRef(i+1), ls, hash, 0))
+		if !created || ms.ref != chunks.HeadSeriesRef(i+1) {
+			t.Fatalf("getOrSet(%s) = ref %d, created %v", ls, ms.ref, created)
+		}
+	}
+	if ms, created := s.getOrSet(newMemSeries(9, lsets[1], hash, 0)); created || ms.ref != 2 {
+		t.Fatalf("getOrSet of existing labels = ref %d, created %v; want ref 2, not created", ms.ref, created)
+	}
+	refOf := func(ls labels.Labels) chunks.HeadSeriesRef {
+		if ms := s.getByLabels(hash, ls); ms != nil {
+			return ms.ref
+		}
+		return 0
+	}
+	count := func() int {
+		n := 0
+		s.forEach(func(*memSeries) { n++ })
+		return n
+	}
+	for i, ls := range lsets {
+		if got := refOf(ls); got != chunks.HeadSeriesRef(i+1) {
+			t.Errorf("getByLabels(%s) = %d, want %d", ls, got, i+1)
+		}
+	}
+
+	// Replay found a newer ref for each: head, middle and tail of the chain.
+	for i, ls := range lsets {
+		old := s.getByRef(chunks.HeadSeriesRef(i + 1))
+		s.replaceByLabels(old, newMemSeries(chunks.HeadSeriesRef(i+11), ls, hash, 10))
+		s.deleteRef(old.ref)
+	}
+	for i, ls := range lsets {
+		if got := refOf(ls); got != chunks.HeadSeriesRef(i+11) {
+			t.Errorf("after replace, getByLabels(%s) = %d, want %d", ls, got, i+11)
+		}
+	}
+	if n := count(); n != 3 {
+		t.Errorf("forEach saw %d series after replacing, want 3", n)
+	}
+
+	// GC forgets the middle one (only it is older than the cutoff), then the rest.
+	s.getByRef(12).touched = -1
+	if v := s.gc(0); len(v) != 1 || v[0].ref != 12 {
+		t.Fatalf("gc removed %d series, want only ref 12", len(v))
+	}
+	if refOf(lsets[1]) != 0 || refOf(lsets[0]) != 11 || refOf(lsets[2]) != 13 || count() != 2 {
+		t.Errorf("after removing the middle: a=%d b=%d c=%d, %d series", refOf(lsets[0]), refOf(lsets[1]), refOf(lsets[2]), count())
+	}
+	if v := s.gc(100); len(v) != 2 {
+		t.Fatalf("gc removed %d series, want 2", len(v))
+	}
+	if count() != 0 || len(s.hashes[hash&s.mask].m) != 0 {
+		t.Errorf("after removing all: %d series, stripe map holds %d hashes", count(), len(s.hashes[hash&s.mask].m))
+	}
+}
