@@ -30,6 +30,7 @@ test: lint test-unit test-e2e test-k8s
 
 test-unit:
 	$(GO) test -race -count=1 -timeout 30m $(PKGS_UNIT)
+	$(GO) test -count=1 -tags slim_sd -run '^TestSlimSDSet$$' ./cmd/shoal/
 
 test-e2e:
 	$(GO) test -count=1 -timeout 40m -v -skip '^TestKubernetes' ./e2e/
@@ -60,6 +61,7 @@ lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go') 2>/dev/null); \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed on:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) vet -tags slim_sd ./cmd/shoal
 	$(GO) run ./charts/internal/chartdocs -check
 	$(MAKE) --no-print-directory lint-chart
 

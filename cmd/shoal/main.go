@@ -138,7 +138,7 @@ func parseFlags(args []string) (*flags, error) {
 		Default("1").IntVar(&f.replicationFactor)
 	app.Flag("cluster.tokens", "Tokens per node on the consistent-hash ring.").
 		Default("512").IntVar(&f.tokens)
-	app.Flag("cluster.handoff-delay", "Upper bound of how long a node that gains a target waits for every peer to announce that it stopped appending it (normally milliseconds); 0 starts gained targets at once.").
+	app.Flag("cluster.handoff-delay", "Upper bound of how long a node that gains a target waits for every peer to announce that it stopped appending it (normally milliseconds; longer while a peer follows another placement, up to --cluster.handoff-timeout); 0 starts gained targets at once.").
 		Default("2s").DurationVar(&f.handoffDelay)
 	app.Flag("cluster.handoff-timeout", "Upper bound of how long remote write holds back a gained target's samples until the previous owners' last samples are acknowledged (they are held while the remote end is down).").
 		Default("5m").DurationVar(&f.handoffTimeout)
