@@ -47,6 +47,10 @@ type Options struct {
 	WorkDir string
 	// Logger for progress. Default: discard.
 	Logger *slog.Logger
+	// Profile takes a CPU profile over the measurement window and a heap
+	// profile at its end from the agent's first process (its
+	// /debug/pprof), and keeps them in the agent's work directory.
+	Profile bool
 }
 
 func (o Options) withDefaults() Options {
@@ -78,6 +82,7 @@ type Result struct {
 	Err string
 
 	Window        time.Duration
+	Targets       int     // targets of the load
 	ActiveSeries  int     // series the targets expose (same for every agent)
 	SeriesSeen    int     // distinct series the receiver got in the window
 	Samples       int64   // samples delivered in the window
@@ -99,6 +104,14 @@ type Result struct {
 	// HarnessCPU is what the load generator and the receiver (this
 	// process) used in the window, for context.
 	HarnessCPU time.Duration
+	// Round is the round (0-based) of a multi-round run, Position the
+	// agent's place (0-based) in that round's order.
+	Round, Position int
+	// Mem is where the agent's memory went at the end of the window,
+	// summed over its processes (Mem.OK false when it could not be read).
+	Mem MemBreakdown
+	// Profile holds the profiles taken when Options.Profile was set.
+	Profile *Profiles
 }
 
 // BytesPerSeries returns the steady and peak RSS per active series.
@@ -109,10 +122,26 @@ func (r Result) BytesPerSeries() (steady, peak float64) {
 	return float64(r.RSSSteady) / float64(r.ActiveSeries), float64(r.RSSPeak) / float64(r.ActiveSeries)
 }
 
-// Run serves the load and measures each agent in turn. Agents that are
-// missing or fail get a Result with Err set; Run itself fails only when the
-// load cannot be served.
-func Run(ctx context.Context, opts Options, agents []Agent) ([]Result, error) {
+// CoresUsed is the agent's CPU time over the window's length.
+func (r Result) CoresUsed() float64 {
+	if r.Window <= 0 {
+		return math.NaN()
+	}
+	return r.CPU.Seconds() / r.Window.Seconds()
+}
+
+// Bench serves one synthetic load; agents are measured against it one at a
+// time with Measure.
+type Bench struct {
+	opts   Options
+	lg     *loadgen.Server
+	fileSD string
+	active int
+}
+
+// Start serves the load of opts and writes its file_sd file into
+// opts.WorkDir.
+func Start(ctx context.Context, opts Options) (*Bench, error) {
 	opts = opts.withDefaults()
 	if opts.WorkDir == "" {
 		d, err := os.MkdirTemp("", "shoal-bench-")
@@ -128,39 +157,90 @@ func Run(ctx context.Context, opts Options, agents []Agent) ([]Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load generator: %w", err)
 	}
-	defer lg.Close()
-	fileSD := filepath.Join(opts.WorkDir, "targets.json")
-	if err := lg.WriteFileSD(fileSD); err != nil {
+	b := &Bench{opts: opts, lg: lg, fileSD: filepath.Join(opts.WorkDir, "targets.json"), active: lg.Config().TotalSeries()}
+	if err := lg.WriteFileSD(b.fileSD); err != nil {
+		lg.Close()
 		return nil, err
 	}
-	active := lg.Config().TotalSeries()
-	opts.Logger.Info("load generator up", "targets", len(lg.Addrs()), "series", active, "interval", opts.ScrapeInterval)
+	opts.Logger.Info("load generator up", "targets", len(lg.Addrs()), "series", b.active, "interval", opts.ScrapeInterval)
+	return b, nil
+}
 
+// ActiveSeries is the number of series the targets expose.
+func (b *Bench) ActiveSeries() int { return b.active }
+
+// Close stops the load generator.
+func (b *Bench) Close() { b.lg.Close() }
+
+// Measure runs agent a against the load and measures it. A missing or
+// failing agent gives a Result with Err set.
+func (b *Bench) Measure(ctx context.Context, a Agent) Result {
+	opts := b.opts
+	r := Result{Agent: a, Version: a.Version(), Replicas: max(a.Replicas, 1), Targets: len(b.lg.Addrs()), ActiveSeries: b.active,
+		ExpectedPerSec: float64(b.active) / opts.ScrapeInterval.Seconds()}
+	if a.Missing != "" {
+		r.Err = "missing: " + a.Missing
+		return r
+	}
+	if err := ctx.Err(); err != nil {
+		r.Err = err.Error()
+		return r
+	}
+	opts.Logger.Info("measuring", "agent", a.Name, "series", b.active, "version", r.Version, "warmup", opts.Warmup, "window", opts.Duration)
+	if err := measure(ctx, opts, a, b.fileSD, &r); err != nil {
+		r.Err = err.Error()
+		opts.Logger.Error("agent failed", "agent", a.Name, "err", err)
+	} else {
+		opts.Logger.Info("measured", "agent", a.Name, "samples_per_sec", fmt.Sprintf("%.0f", r.SamplesPerSec),
+			"cpu_s_per_million", fmt.Sprintf("%.2f", r.CPUPerMillion), "rss_steady_mib", r.RSSSteady>>20, "lag_p99_s", fmt.Sprintf("%.2f", r.LagP99))
+	}
+	return r
+}
+
+// Run serves the load and measures each agent in turn, once. Agents that
+// are missing or fail get a Result with Err set; Run itself fails only when
+// the load cannot be served.
+func Run(ctx context.Context, opts Options, agents []Agent) ([]Result, error) {
+	b, err := Start(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer b.Close()
 	var out []Result
 	for _, a := range agents {
-		r := Result{Agent: a, Version: a.Version(), Replicas: max(a.Replicas, 1), ActiveSeries: active,
-			ExpectedPerSec: float64(active) / opts.ScrapeInterval.Seconds()}
-		if a.Missing != "" {
-			r.Err = "missing: " + a.Missing
-			out = append(out, r)
-			continue
-		}
-		if err := ctx.Err(); err != nil {
-			r.Err = err.Error()
-			out = append(out, r)
-			continue
-		}
-		opts.Logger.Info("measuring", "agent", a.Name, "version", r.Version, "warmup", opts.Warmup, "window", opts.Duration)
-		if err := measure(ctx, opts, a, fileSD, &r); err != nil {
-			r.Err = err.Error()
-			opts.Logger.Error("agent failed", "agent", a.Name, "err", err)
-		} else {
-			opts.Logger.Info("measured", "agent", a.Name, "samples_per_sec", fmt.Sprintf("%.0f", r.SamplesPerSec),
-				"cpu_s_per_million", fmt.Sprintf("%.2f", r.CPUPerMillion), "rss_steady_mib", r.RSSSteady>>20, "lag_p99_s", fmt.Sprintf("%.2f", r.LagP99))
-		}
-		out = append(out, r)
+		out = append(out, b.Measure(ctx, a))
 	}
 	return out, nil
+}
+
+// Rounds measures every agent rounds times, in the order Order gives for
+// each round, and returns each agent's results in agent order (out[i][r] is
+// agent i in round r). progress, when not nil, is called before each
+// measurement with the round (0-based) and the step (1-based) of all.
+func (b *Bench) Rounds(ctx context.Context, agents []Agent, rounds int, progress func(round, step, steps int, a Agent)) [][]Result {
+	out := make([][]Result, len(agents))
+	steps := rounds * len(agents)
+	for r := range rounds {
+		for k, i := range Order(len(agents), r) {
+			if progress != nil {
+				progress(r, r*len(agents)+k+1, steps, agents[i])
+			}
+			res := b.Measure(ctx, agents[i])
+			res.Round, res.Position = r, k
+			out[i] = append(out[i], res)
+		}
+	}
+	return out
+}
+
+// Profile measures agent a once with a window of the given length, taking
+// a CPU profile over the window and a heap profile at its end (see
+// Options.Profile).
+func (b *Bench) Profile(ctx context.Context, a Agent, window time.Duration) Result {
+	c := *b
+	c.opts.Profile = true
+	c.opts.Duration = window
+	return c.Measure(ctx, a)
 }
 
 func measure(ctx context.Context, opts Options, a Agent, fileSD string, r *Result) error {
@@ -254,6 +334,19 @@ func measure(ctx context.Context, opts Options, a Agent, fileSD string, r *Resul
 
 	sk.ResetSeries()
 	sk.TakeLags()
+	var cpuProf chan profileResult
+	if opts.Profile {
+		// Buffered and bound to this measurement: an early return cancels
+		// the fetch and the goroutine ends without a reader.
+		pctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		cpuProf = make(chan profileResult, 1)
+		go func() {
+			secs := max(int(opts.Duration.Seconds()), 1)
+			p, path, err := fetchProfile(pctx, procs[0], fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs), filepath.Join(dir, "cpu.pprof"), time.Duration(secs)*time.Second+time.Minute)
+			cpuProf <- profileResult{p, path, err}
+		}()
+	}
 	s0 := sk.Snapshot()
 	cpu0, err := cpu()
 	if err != nil {
@@ -285,6 +378,10 @@ func measure(ctx context.Context, opts Options, a Agent, fileSD string, r *Resul
 	}
 	self1, _ := ProcCPU(os.Getpid())
 	s1 := sk.Snapshot()
+	r.Mem = readMem(ctx, procs)
+	if opts.Profile {
+		r.Profile = collectProfiles(ctx, procs[0], dir, cpuProf)
+	}
 	r.Window = s1.Time.Sub(s0.Time)
 	r.Samples = s1.Samples - s0.Samples
 	r.SeriesSeen = s1.Series
