@@ -144,11 +144,21 @@ func fetchProfile(ctx context.Context, p *process, path, out string, timeout tim
 	return prof, out, nil
 }
 
-// collectProfiles takes the heap profile now and waits for the CPU profile
-// that was started with the window.
+// collectProfiles waits for the CPU profile that was started with the
+// window (it ends with it), then takes the heap profile, so that the
+// profiler's own buffers are not in the heap.
 func collectProfiles(ctx context.Context, p *process, dir string, cpu <-chan profileResult) *Profiles {
 	out := &Profiles{}
 	var errs []string
+	c := <-cpu
+	err := c.err
+	if err == nil {
+		out.CPUPath = c.path
+		out.CPU, err = SummarizeProfile(c.p, "cpu", ProfileTop)
+	}
+	if err != nil {
+		errs = append(errs, "cpu: "+err.Error())
+	}
 	hp, path, err := fetchProfile(ctx, p, "/debug/pprof/heap?gc=1", filepath.Join(dir, "heap.pprof"), time.Minute)
 	if err == nil {
 		out.HeapPath = path
@@ -156,15 +166,6 @@ func collectProfiles(ctx context.Context, p *process, dir string, cpu <-chan pro
 	}
 	if err != nil {
 		errs = append(errs, "heap: "+err.Error())
-	}
-	c := <-cpu
-	err = c.err
-	if err == nil {
-		out.CPUPath = c.path
-		out.CPU, err = SummarizeProfile(c.p, "cpu", ProfileTop)
-	}
-	if err != nil {
-		errs = append(errs, "cpu: "+err.Error())
 	}
 	out.Err = strings.Join(errs, "; ")
 	return out

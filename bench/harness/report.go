@@ -188,7 +188,7 @@ func cell(s Spread, f func(float64) string) string {
 	switch {
 	case s.N == 0:
 		return "–"
-	case s.N == 1 || s.Min == s.Max:
+	case s.N == 1 || f(s.Min) == f(s.Max):
 		return f(s.Median)
 	}
 	return f(s.Median) + " (" + f(s.Min) + "–" + f(s.Max) + ")"
@@ -239,7 +239,7 @@ func ReportRounds(sums []Summary, su SideSetup) string {
 		active = s.ActiveSeries
 	}
 	fmt.Fprintf(&b, "Load: %s; %d active series in total (counters, gauges, classic histograms; every value changes on every scrape). "+
-		"Scrape interval %s for every agent. **%d rounds**; in each round every agent runs alone in turn for a %s warm-up and a %s measurement window, "+
+		"Scrape interval %s for every agent. **%d rounds**; in each round every agent runs alone in turn, a warm-up of %s then a measurement window of %s, "+
 		"in an order that alternates between rounds (%s). "+
 		"Every agent remote-writes to the same in-process counting receiver (`bench/sink`: snappy + protobuf decoded, samples and series counted, nothing stored).\n\n",
 		describeLoad(opts), active, opts.ScrapeInterval, su.Rounds, opts.Warmup, opts.Duration, roundOrder(names, su.Rounds))
@@ -447,7 +447,7 @@ func ReportIdle(rs []Result, opts Options, m Machine, command string, when time.
 	opts = opts.withDefaults()
 	var b strings.Builder
 	fmt.Fprintf(&b, "Measured %s on %s. Command: `%s`\n\n", when.UTC().Format("2006-01-02 15:04 MST"), m, command)
-	fmt.Fprintf(&b, "Load: %s (%d series); scrape interval %s; %s warm-up, %s window, one round, agents one after another. Steady RSS is the median of `VmRSS` over the window; *per process* divides by the agent's processes — the fixed cost each replica adds.\n\n",
+	fmt.Fprintf(&b, "Load: %s (%d series); scrape interval %s; a warm-up of %s, a window of %s, one round, agents one after another. Steady RSS is the median of `VmRSS` over the window; *per process* divides by the agent's processes — the fixed cost each replica adds.\n\n",
 		describeLoad(opts), opts.Load.TotalSeries(), opts.ScrapeInterval, opts.Warmup, opts.Duration)
 	b.WriteString("| agent | processes | steady RSS | per process | CPU cores used |\n|---|---:|---:|---:|---:|\n")
 	for _, r := range rs {
@@ -460,7 +460,11 @@ func ReportIdle(rs []Result, opts Options, m Machine, command string, when time.
 	b.WriteString("\nWhere the memory goes at the end of the window (summed over processes; columns as in the side-by-side table):\n\n")
 	var rows []memRow
 	for _, r := range rs {
-		rows = append(rows, memRow{r.Agent.Name, r.Replicas, r.Mem})
+		m := r.Mem
+		if r.Err != "" {
+			m = MemBreakdown{Err: "not measured"}
+		}
+		rows = append(rows, memRow{r.Agent.Name, r.Replicas, m})
 	}
 	b.WriteString(memTable(rows))
 	return b.String()
@@ -479,7 +483,7 @@ func ReportGrowth(points []GrowthPoint, rounds int, warmup, window time.Duration
 	for _, p := range points {
 		desc = append(desc, fmt.Sprintf("%d targets × %d series, scrape interval %s", p.Targets, p.Series/max(p.Targets, 1), p.Interval))
 	}
-	fmt.Fprintf(&b, "Points: %s. At each point every agent runs alone, %s warm-up then a %s window, %d round(s) (the median if more), agents in alternating order between points. "+
+	fmt.Fprintf(&b, "Points: %s. At each point every agent runs alone, a warm-up of %s then a window of %s, %d round(s) (the median if more), the order of the agents rotating from point to point. "+
 		"The cell is the median steady RSS, then bytes per active series; *marginal* is the RSS added per series added between two points, (RSS₂ − RSS₁) / (series₂ − series₁): "+
 		"the cost of one more series without the fixed part. An agent that delivered less than 95%% of the expected samples at a point is marked ⚠ (its memory then reflects a backlog, not steady state).\n\n",
 		strings.Join(desc, "; "), warmup, window, rounds)
@@ -557,7 +561,7 @@ func ReportProfile(r Result, opts Options, m Machine, command string, when time.
 	opts = opts.withDefaults()
 	var b strings.Builder
 	fmt.Fprintf(&b, "Measured %s on %s. Command: `%s`\n\n", when.UTC().Format("2006-01-02 15:04 MST"), m, command)
-	fmt.Fprintf(&b, "%s (%s), one process, at the side-by-side load: %s, %d series, scrape interval %s; %s warm-up, then a CPU profile over a %s window from its `/debug/pprof/profile` "+
+	fmt.Fprintf(&b, "%s (%s), one process, at the side-by-side load: %s, %d series, scrape interval %s; a warm-up of %s, then a CPU profile over a window of %s from its `/debug/pprof/profile` "+
 		"and, at the window's end, a heap profile (`/debug/pprof/heap?gc=1`, in-use bytes after a collection) and its `/metrics`.\n\n",
 		r.Agent.Name, r.Version, describeLoad(opts), r.ActiveSeries, opts.ScrapeInterval, opts.Warmup, opts.Duration)
 	if r.Err != "" {
