@@ -273,11 +273,15 @@ func main() {
 		write(doc, "growth", "Memory growth", harness.ReportGrowth(in.Growth, growthRounds, growthWarmup, growthDuration, machine, command, started))
 	}
 
-	if (!skipSide || !skipIdle || !skipGrowth) && ctx.Err() == nil {
+	// The goals compare parts of one run, so they are judged only when the
+	// run had all of them; a partial run leaves the last full run's verdicts.
+	if skipSide || skipIdle || skipGrowth {
+		logger.Info("goals and README headline left as they are: they need the idle point, the side by side and the growth curve of one run")
+	} else if ctx.Err() == nil {
 		goals := harness.EvaluateGoals(in)
 		write(doc, "goals", "Goals", harness.ReportGoals(goals, machine, command, started))
 		switch {
-		case readme == "" || skipSide:
+		case readme == "":
 		case rounds < harness.MinHeadlineRounds:
 			logger.Info(fmt.Sprintf("README headline left as it is: it quotes only runs of at least %d rounds", harness.MinHeadlineRounds), "rounds", rounds)
 		default:
