@@ -402,3 +402,24 @@ func TestHeadline(t *testing.T) {
 		}
 	}
 }
+
+func TestRateOver(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(s int, n int64) countAt { return countAt{t0.Add(time.Duration(s) * time.Second), n} }
+	if _, ok := rateOver([]countAt{at(0, 0)}, 10*time.Second); ok {
+		t.Error("rate from one count")
+	}
+	if _, ok := rateOver([]countAt{at(0, 0), at(5, 100)}, 10*time.Second); ok {
+		t.Error("rate over less than the span")
+	}
+	// The shortest stretch of at least the span ending at the newest count:
+	// the slow start (0..10 s) does not count once 10 s of fast delivery
+	// follow it.
+	counts := []countAt{at(0, 0), at(10, 100), at(15, 600), at(20, 1100)}
+	if r, ok := rateOver(counts, 10*time.Second); !ok || r != 100 {
+		t.Errorf("rate %v %v, want 100/s over 10..20 s", r, ok)
+	}
+	if r, ok := rateOver(counts, 12*time.Second); !ok || r != 55 {
+		t.Errorf("rate %v %v, want 1100/20 s", r, ok)
+	}
+}

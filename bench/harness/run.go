@@ -3,11 +3,16 @@
 // replica, a three-replica shoal cluster, Prometheus in agent mode, vmagent —
 // all remote-writing to the same counting receiver (package sink). For each
 // agent it measures CPU time per million samples delivered, resident memory
-// (steady and peak) per active series, delivered samples per second and
-// end-to-end lag, from /proc and from the receiver.
+// (steady and peak) per active series and where it goes (MemBreakdown),
+// delivered samples per second and end-to-end lag, from /proc, from the
+// receiver and from the agent's /metrics; on request it profiles the agent
+// through its /debug/pprof (Profiles).
 //
 // Agents run one after another rather than concurrently, so that on a small
 // machine no agent steals CPU from another while it is being measured.
+// Bench.Rounds repeats that in rounds of alternating order (Order) and
+// Summarize folds the rounds into medians and ranges (Spread), which the
+// ratio table (Ratios) and issue 15's goals (EvaluateGoals) are judged on.
 package harness
 
 import (
@@ -47,6 +52,10 @@ type Options struct {
 	WorkDir string
 	// Logger for progress. Default: discard.
 	Logger *slog.Logger
+	// Settle, when set, extends the warm-up by up to this long until the
+	// receiver got at least SettledShare of the expected samples over the
+	// last two scrape intervals. Default 0: no check.
+	Settle time.Duration
 	// Profile takes a CPU profile over the measurement window and a heap
 	// profile at its end from the agent's first process (its
 	// /debug/pprof), and keeps them in the agent's work directory.
@@ -104,6 +113,9 @@ type Result struct {
 	// HarnessCPU is what the load generator and the receiver (this
 	// process) used in the window, for context.
 	HarnessCPU time.Duration
+	// WarmedUp is how long the agent ran before its window started: the
+	// warm-up, plus waiting for the first sample and for Options.Settle.
+	WarmedUp time.Duration
 	// Round is the round (0-based) of a multi-round run, Position the
 	// agent's place (0-based) in that round's order.
 	Round, Position int
@@ -120,6 +132,31 @@ func (r Result) BytesPerSeries() (steady, peak float64) {
 		return math.NaN(), math.NaN()
 	}
 	return float64(r.RSSSteady) / float64(r.ActiveSeries), float64(r.RSSPeak) / float64(r.ActiveSeries)
+}
+
+// SettledShare is the share of the expected samples per second an agent
+// must deliver before its warm-up ends (see Options.Settle).
+const SettledShare = 0.9
+
+// countAt is what the receiver had counted at one moment.
+type countAt struct {
+	t time.Time
+	n int64
+}
+
+// rateOver returns the samples per second over the last span of the
+// counts (oldest first), and false while they cover less than span.
+func rateOver(counts []countAt, span time.Duration) (float64, bool) {
+	if len(counts) < 2 {
+		return 0, false
+	}
+	last := counts[len(counts)-1]
+	for i := len(counts) - 2; i >= 0; i-- {
+		if d := last.t.Sub(counts[i].t); d >= span {
+			return float64(last.n-counts[i].n) / d.Seconds(), true
+		}
+	}
+	return 0, false
 }
 
 // CoresUsed is the agent's CPU time over the window's length.
@@ -262,6 +299,7 @@ func measure(ctx context.Context, opts Options, a Agent, fileSD string, r *Resul
 	defer srv.Close()
 	url := "http://" + ln.Addr().String() + "/api/v1/write"
 
+	started := time.Now()
 	promCfg, scrapeOnly, err := writeConfigs(dir, fileSD, url, opts.ScrapeInterval)
 	if err != nil {
 		return err
@@ -294,9 +332,15 @@ func measure(ctx context.Context, opts Options, a Agent, fileSD string, r *Resul
 		}
 	}
 
-	// Warm up, then make sure something arrives before measuring.
-	if err := wait(opts.Warmup); err != nil {
-		return err
+	// Warm up, recording what arrives, then make sure something arrives
+	// before measuring.
+	var arrived []countAt
+	record := func() { arrived = append(arrived, countAt{time.Now(), sk.Snapshot().Samples}) }
+	for end := time.Now().Add(opts.Warmup); time.Now().Before(end); {
+		record()
+		if err := wait(min(time.Second, time.Until(end))); err != nil {
+			return err
+		}
 	}
 	extra := max(opts.Warmup, 30*time.Second)
 	for deadline := time.Now().Add(extra); sk.Snapshot().Samples == 0; {
@@ -308,6 +352,28 @@ func measure(ctx context.Context, opts Options, a Agent, fileSD string, r *Resul
 			return err
 		}
 	}
+	// Settle: an agent still working through its first scrapes of many
+	// series delivers less than the targets produce; its memory is not yet
+	// steady. Wait until the last two intervals delivered enough, or give up
+	// after Settle and measure anyway (the rate in the report shows it).
+	if opts.Settle > 0 {
+		span := 2 * opts.ScrapeInterval
+		for deadline := time.Now().Add(opts.Settle); ; {
+			record()
+			rate, ok := rateOver(arrived, span)
+			if ok && rate >= SettledShare*r.ExpectedPerSec {
+				break
+			}
+			if time.Now().After(deadline) {
+				opts.Logger.Warn("not settled, measuring anyway", "agent", a.Name, "samples_per_sec", fmt.Sprintf("%.0f", rate), "expected", fmt.Sprintf("%.0f", r.ExpectedPerSec))
+				break
+			}
+			if err := wait(time.Second); err != nil {
+				return err
+			}
+		}
+	}
+	r.WarmedUp = time.Since(started)
 
 	cpu := func() (time.Duration, error) {
 		var sum time.Duration

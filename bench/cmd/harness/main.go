@@ -57,6 +57,7 @@ func main() {
 		growthTargets, growthRounds   int
 		growthInterval                time.Duration
 		growthWarmup, growthDuration  time.Duration
+		growthSettle                  time.Duration
 		profileDuration               time.Duration
 	)
 	app := kingpin.New("harness", "Side-by-side benchmark of shoal, Prometheus agent mode and vmagent (rounds, idle point, growth curve, profiles), plus ring and gossip simulations.")
@@ -68,6 +69,7 @@ func main() {
 	app.Flag("scrape-interval", "Side by side, idle point and profile: scrape interval of every agent.").Default("5s").DurationVar(&opts.ScrapeInterval)
 	app.Flag("warmup", "Side by side and profile: warm-up per agent before measuring.").Default("20s").DurationVar(&opts.Warmup)
 	app.Flag("duration", "Side by side: measurement window per agent and round.").Default("60s").DurationVar(&opts.Duration)
+	app.Flag("settle", "Side by side and profile: after the warm-up, wait up to this long more until an agent delivers 90% of the expected samples/s (0: no check).").Default("30s").DurationVar(&opts.Settle)
 	app.Flag("rounds", "Side by side: rounds per agent (order alternates between rounds).").Default("3").IntVar(&rounds)
 	app.Flag("agents", "Agents to measure side by side and at the idle point (repeat the flag or separate with commas): shoal, shoal-cluster, prometheus-agent, vmagent.").Default("shoal", "shoal-cluster", "prometheus-agent", "vmagent").StringsVar(&agentsFlag)
 	app.Flag("idle-targets", "Idle point: targets.").Default("10").IntVar(&idleTargets)
@@ -79,6 +81,7 @@ func main() {
 	app.Flag("growth-interval", "Growth curve: scrape interval at every point (longer than the side by side's so that 1M series fit 2 cores).").Default("10s").DurationVar(&growthInterval)
 	app.Flag("growth-warmup", "Growth curve: warm-up per agent and point.").Default("30s").DurationVar(&growthWarmup)
 	app.Flag("growth-duration", "Growth curve: window per agent and point.").Default("30s").DurationVar(&growthDuration)
+	app.Flag("growth-settle", "Growth curve: after the warm-up, wait up to this long more until an agent delivers 90% of the expected samples/s (0: no check).").Default("60s").DurationVar(&growthSettle)
 	app.Flag("growth-rounds", "Growth curve: rounds per agent and point.").Default("1").IntVar(&growthRounds)
 	app.Flag("growth-agents", "Growth curve: agents (single processes).").Default("shoal", "prometheus-agent", "vmagent").StringsVar(&growthAgentsFlag)
 	app.Flag("profile-duration", "Profile: CPU profile window of shoal (one replica) at the side-by-side load.").Default("30s").DurationVar(&profileDuration)
@@ -162,7 +165,8 @@ func main() {
 	add("growth", time.Duration(len(growthSeries)*len(growthAgents)*growthRounds)*(growthWarmup+growthDuration+perGrowthAgentOverhead), !skipGrowth)
 	add("simulations", simsCost, !skipSims)
 	add("micro-benchmarks", microCost, !skipMicro)
-	logger.Info("plan: "+strings.Join(plan, ", "), "total_estimate", total.Round(time.Second), "work_dir", workDir)
+	logger.Info("plan: "+strings.Join(plan, ", "), "total_estimate", total.Round(time.Second),
+		"plus", "up to --settle or --growth-settle per agent that is slow to settle", "work_dir", workDir)
 
 	write := func(path, name, heading, content string) {
 		if path == "" {
@@ -191,7 +195,8 @@ func main() {
 	if !skipIdle && ctx.Err() == nil {
 		o := opts
 		o.Load = loadgen.Config{Targets: idleTargets, Series: idleSeries}
-		o.Warmup, o.Duration, o.WorkDir = idleWarmup, idleDuration, filepath.Join(workDir, "idle")
+		// No settle check: a few samples per second arrive in lumps.
+		o.Warmup, o.Duration, o.Settle, o.WorkDir = idleWarmup, idleDuration, 0, filepath.Join(workDir, "idle")
 		logger.Info("idle point", "targets", idleTargets, "agents", len(agents))
 		rs, err := harness.Run(ctx, o, agents)
 		if err != nil {
@@ -245,7 +250,7 @@ func main() {
 		for i, n := range growthSeries {
 			o := opts
 			o.Load = loadgen.Config{Targets: growthTargets, Series: max(n/growthTargets, 1)}
-			o.ScrapeInterval, o.Warmup, o.Duration = growthInterval, growthWarmup, growthDuration
+			o.ScrapeInterval, o.Warmup, o.Duration, o.Settle = growthInterval, growthWarmup, growthDuration, growthSettle
 			o.WorkDir = filepath.Join(workDir, fmt.Sprintf("growth-%d", n))
 			b, err := harness.Start(ctx, o)
 			if err != nil {
