@@ -282,7 +282,8 @@ func ReportRounds(sums []Summary, su SideSetup) string {
 	}
 	b.WriteString(memTable(rows))
 
-	b.WriteString("\n<details><summary>Every round</summary>\n\n| round | position | agent | samples/s | CPU s per 1M samples | steady RSS | peak RSS | lag p99 |\n|---:|---:|---|---:|---:|---:|---:|---:|\n")
+	b.WriteString("\n<details><summary>Every round</summary>\n\n*warm-up* is how long the agent ran before its window: the warm-up, longer when it had not yet delivered 90% of the expected samples over two scrape intervals (`--settle`).\n\n" +
+		"| round | position | agent | warm-up | samples/s | CPU s per 1M samples | steady RSS | peak RSS | lag p99 |\n|---:|---:|---|---:|---:|---:|---:|---:|---:|\n")
 	for r := range su.Rounds {
 		for _, i := range Order(len(sums), r) {
 			s := sums[i]
@@ -291,10 +292,10 @@ func ReportRounds(sums []Summary, su SideSetup) string {
 			}
 			x := s.Rounds[r]
 			if x.Err != "" {
-				fmt.Fprintf(&b, "| %d | %d | %s | **failed**: %s ||||\n", r+1, x.Position+1, s.Agent.Name, oneLine(x.Err))
+				fmt.Fprintf(&b, "| %d | %d | %s | **failed**: %s |||||\n", r+1, x.Position+1, s.Agent.Name, oneLine(x.Err))
 				continue
 			}
-			fmt.Fprintf(&b, "| %d | %d | %s | %s | %s | %s | %s | %s s |\n", r+1, x.Position+1, s.Agent.Name,
+			fmt.Fprintf(&b, "| %d | %d | %s | %s s | %s | %s | %s | %s | %s s |\n", r+1, x.Position+1, s.Agent.Name, num(x.WarmedUp.Seconds(), 0),
 				num(x.SamplesPerSec, 0), num(x.CPUPerMillion, 2), mib(x.RSSSteady), mib(x.RSSPeak), num(x.LagP99, 2))
 		}
 	}
@@ -483,7 +484,7 @@ func ReportGrowth(points []GrowthPoint, rounds int, warmup, window time.Duration
 	for _, p := range points {
 		desc = append(desc, fmt.Sprintf("%d targets × %d series, scrape interval %s", p.Targets, p.Series/max(p.Targets, 1), p.Interval))
 	}
-	fmt.Fprintf(&b, "Points: %s. At each point every agent runs alone, a warm-up of %s then a window of %s, %d round(s) (the median if more), the order of the agents rotating from point to point. "+
+	fmt.Fprintf(&b, "Points: %s. At each point every agent runs alone, a warm-up of %s (longer, up to `--growth-settle`, until it delivers 90%% of the expected samples over two intervals) then a window of %s, %d round(s) (the median if more), the order of the agents rotating from point to point. "+
 		"The cell is the median steady RSS, then bytes per active series; *marginal* is the RSS added per series added between two points, (RSS₂ − RSS₁) / (series₂ − series₁): "+
 		"the cost of one more series without the fixed part. An agent that delivered less than 95%% of the expected samples at a point is marked ⚠ (its memory then reflects a backlog, not steady state).\n\n",
 		strings.Join(desc, "; "), warmup, window, rounds)

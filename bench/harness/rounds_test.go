@@ -340,7 +340,7 @@ func TestReportRounds(t *testing.T) {
 		"| shoal | v | 1 | 2 of 2 | 20000 | 2.50 (2.00–3.00) |",
 		"| prometheus --agent | v | 1 | 1 of 2 | 20000 | 4.00 |",
 		"| CPU s per 1M samples | 0.62 |",
-		"| 2 | 2 | shoal | 20000 | 3.00 | 120 MiB |",
+		"| 2 | 2 | shoal | 0 s | 20000 | 3.00 | 120 MiB |",
 		"| 2 | 1 | prometheus --agent | **failed**: exited early",
 		"- prometheus --agent, round 2: exited early",
 		"| shoal | 1 | 100 MiB | 100 MiB |",
