@@ -275,7 +275,7 @@ func ReportRounds(sums []Summary, su SideSetup) string {
 
 	b.WriteString("\n**Where the memory goes** (the round with the median steady RSS, at the end of its window; summed over processes): " +
 		"RSS split by the kernel into anonymous and file-backed pages (`/proc/<pid>/status`), and the Go runtime's `go_memstats_*` from each agent's `/metrics`. " +
-		"*Heap idle kept* is free heap the runtime has not returned to the OS (`heap_idle − heap_released`); *other* is anonymous RSS the heap and stacks do not explain (runtime metadata and the difference between the two accountings).\n\n")
+		"*Heap idle kept* is free heap the runtime has not returned to the OS (`heap_idle − heap_released`); *other* is anonymous RSS the heap and stacks do not explain: runtime metadata, less any heap the runtime counts in use whose pages were never touched and so are not resident (it can be negative).\n\n")
 	var rows []memRow
 	for _, s := range sums {
 		rows = append(rows, memRow{s.Agent.Name, max(s.Agent.Replicas, 1), s.Mem})
@@ -581,7 +581,7 @@ func ReportProfile(r Result, opts Options, m Machine, command string, when time.
 	if len(r.Profile.Heap.Flat) > 0 {
 		h := r.Profile.Heap
 		fmt.Fprintf(&b, "\n**Heap in use: %s** in the profile (live objects after a collection; the runtime's figures above add fragmentation and free spans).\n\n", mib(h.Total))
-		b.WriteString(profileTables(h, func(v int64) string { return mib(v) }))
+		b.WriteString(profileTables(h, func(v int64) string { return fmt.Sprintf("%.1f MiB", float64(v)/(1<<20)) }))
 	}
 	if len(r.Profile.CPU.Flat) > 0 {
 		c := r.Profile.CPU
