@@ -52,6 +52,10 @@ func checkSane(t *testing.T, r Result) {
 	if r.Rejected != 0 {
 		t.Errorf("%s: receiver rejected %d requests", r.Agent.Name, r.Rejected)
 	}
+	// Every agent is a Go program with go_memstats_* on its /metrics.
+	if !r.Mem.OK || r.Mem.HeapInuse <= 0 || r.Mem.Goroutines <= 0 || r.Mem.RSS <= 0 {
+		t.Errorf("%s: memory breakdown not read: %+v", r.Agent.Name, r.Mem)
+	}
 	if r.Version == "" || r.Version == "n/a" {
 		t.Errorf("%s: no version", r.Agent.Name)
 	}
