@@ -46,5 +46,5 @@ go build -o "$CACHE/harness" ./bench/cmd/harness || exit 1
 	--command="make bench${*:+ (bench/run.sh $*)}" \
 	"$@" || status=1
 
-echo "bench: finished in $(($(date +%s) - start))s, status $status; results in docs/BENCHMARKS.md"
+echo "bench: finished in $(($(date +%s) - start))s, status $status; results in docs/BENCHMARKS.md unless --doc said otherwise"
 exit $status

@@ -694,7 +694,7 @@ func Headline(sums []Summary, su SideSetup, idle []Result, growth []GrowthPoint,
 	for _, s := range sums {
 		name := s.Agent.Name
 		if s.Agent.Kind == KindShoal {
-			name = fmt.Sprintf("shoal, %d replica(s) (summed)", max(s.Agent.Replicas, 1))
+			name = fmt.Sprintf("shoal, %d replicas (summed)", s.Agent.Replicas)
 			if s.Agent.Replicas <= 1 {
 				name = "shoal, one replica"
 			}
