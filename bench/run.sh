@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # make bench: builds shoal and the peer agents (Prometheus in agent mode,
-# vmagent) and runs the side-by-side harness, the ring and gossip
-# simulations and the Go micro-benchmarks; the results replace the generated
-# sections of docs/BENCHMARKS.md.
+# vmagent) and runs the harness: the idle point, the side by side in 3
+# rounds, a profile of shoal, the memory-growth curve to 1M series, the ring
+# and gossip simulations and the Go micro-benchmarks (about 40 minutes on 2
+# cores; the harness prints its plan first). The results replace the
+# generated sections of docs/BENCHMARKS.md and, after at least 3 rounds,
+# README.md's performance paragraph.
 #
 #   SHOAL_BENCH_CACHE  where binaries are built and cached, outside the
 #                      repository (default ~/.cache/shoal-bench)
-#   extra arguments    passed to the harness, e.g. --duration=30s or
-#                      --agents=shoal,prometheus-agent (see --help)
+#   extra arguments    passed to the harness, e.g. --rounds=1, --skip-growth
+#                      or --agents=shoal,prometheus-agent (see --help)
 #
 # A peer or shoal that cannot be built is reported as missing in the
 # document (with the build error) and makes this script exit non-zero after
@@ -27,6 +30,7 @@ shoal="$CACHE/shoal-under-test"
 rm -f "$shoal"
 version="$(git describe --tags --always --dirty 2>/dev/null || echo dev)"
 revision="$(git rev-parse HEAD 2>/dev/null || echo unknown)"
+case "$version" in *-dirty) echo "bench: measuring $revision with uncommitted changes ($version)" ;; esac
 shoal_missing=""
 if ! go build -ldflags "-X github.com/prometheus/common/version.Version=$version -X github.com/prometheus/common/version.Revision=$revision -X github.com/prometheus/common/version.Branch=main" \
 	-o "$shoal" ./cmd/shoal >"$CACHE/shoal.build.log" 2>&1; then
@@ -42,5 +46,5 @@ go build -o "$CACHE/harness" ./bench/cmd/harness || exit 1
 	--command="make bench${*:+ (bench/run.sh $*)}" \
 	"$@" || status=1
 
-echo "bench: finished in $(($(date +%s) - start))s, status $status; results in docs/BENCHMARKS.md"
+echo "bench: finished in $(($(date +%s) - start))s, status $status; results in docs/BENCHMARKS.md unless --doc said otherwise"
 exit $status

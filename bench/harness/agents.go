@@ -85,6 +85,7 @@ type runEnv struct {
 // process is one running agent process.
 type process struct {
 	name string
+	web  int // its HTTP port on 127.0.0.1 (/metrics, /debug/pprof)
 	cmd  *exec.Cmd
 	log  string
 	done chan struct{}
@@ -228,6 +229,7 @@ func launch(a Agent, env runEnv) ([]*process, error) {
 			if err != nil {
 				return fail(err)
 			}
+			p.web = web
 			procs = append(procs, p)
 		}
 	case KindPrometheus:
@@ -244,6 +246,7 @@ func launch(a Agent, env runEnv) ([]*process, error) {
 		if err != nil {
 			return nil, err
 		}
+		p.web = web
 		procs = append(procs, p)
 	case KindVMAgent:
 		web, err := freePort()
@@ -262,6 +265,7 @@ func launch(a Agent, env runEnv) ([]*process, error) {
 		if err != nil {
 			return nil, err
 		}
+		p.web = web
 		procs = append(procs, p)
 	default:
 		return nil, fmt.Errorf("unknown agent kind %q", a.Kind)

@@ -1,7 +1,6 @@
 package harness
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"os"
@@ -42,33 +41,13 @@ func ProcCPU(pid int) (time.Duration, error) {
 // ProcMem returns the resident set size and its high-water mark (VmRSS and
 // VmHWM from /proc/<pid>/status), in bytes.
 func ProcMem(pid int) (rss, hwm int64, err error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	st, err := procStatus(pid)
 	if err != nil {
 		return 0, 0, err
 	}
-	found := 0
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		name, rest, ok := strings.Cut(sc.Text(), ":")
-		if !ok || (name != "VmRSS" && name != "VmHWM") {
-			continue
-		}
-		f := strings.Fields(rest)
-		if len(f) != 2 || f[1] != "kB" {
-			return 0, 0, fmt.Errorf("/proc/%d/status: cannot read %s line %q", pid, name, sc.Text())
-		}
-		v, err := strconv.ParseInt(f[0], 10, 64)
-		if err != nil {
-			return 0, 0, fmt.Errorf("/proc/%d/status: %s: %w", pid, name, err)
-		}
-		if name == "VmRSS" {
-			rss = v << 10
-		} else {
-			hwm = v << 10
-		}
-		found++
-	}
-	if found != 2 {
+	rss, ok1 := st["VmRSS"]
+	hwm, ok2 := st["VmHWM"]
+	if !ok1 || !ok2 {
 		return 0, 0, fmt.Errorf("/proc/%d/status: VmRSS or VmHWM missing", pid)
 	}
 	return rss, hwm, nil

@@ -52,6 +52,10 @@ func checkSane(t *testing.T, r Result) {
 	if r.Rejected != 0 {
 		t.Errorf("%s: receiver rejected %d requests", r.Agent.Name, r.Rejected)
 	}
+	// Every agent is a Go program with go_memstats_* on its /metrics.
+	if !r.Mem.OK || r.Mem.HeapInuse <= 0 || r.Mem.Goroutines <= 0 || r.Mem.RSS <= 0 {
+		t.Errorf("%s: memory breakdown not read: %+v", r.Agent.Name, r.Mem)
+	}
 	if r.Version == "" || r.Version == "n/a" {
 		t.Errorf("%s: no version", r.Agent.Name)
 	}
@@ -77,25 +81,66 @@ func TestSmokeShoal(t *testing.T) {
 		t.Fatalf("go build ./cmd/shoal: %v\n%s", err, out)
 	}
 	opts := smokeOptions(t)
-	results, err := Run(t.Context(), opts, []Agent{
-		{Name: "shoal", Kind: KindShoal, Binary: bin, Replicas: 1},
-		{Name: "shoal x3", Kind: KindShoal, Binary: bin, Replicas: 3},
-	})
+	b, err := Start(t.Context(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(results) != 2 {
-		t.Fatalf("%d results", len(results))
+	defer b.Close()
+	agents := []Agent{
+		{Name: "shoal", Kind: KindShoal, Binary: bin, Replicas: 1},
+		{Name: "shoal x3", Kind: KindShoal, Binary: bin, Replicas: 3},
 	}
+	per := b.Rounds(t.Context(), agents, 1, nil)
+	if len(per) != 2 || len(per[0]) != 1 || len(per[1]) != 1 {
+		t.Fatalf("results %v", per)
+	}
+	results := []Result{per[0][0], per[1][0]}
 	for _, r := range results {
 		checkSane(t, r)
+		// The runtime's breakdown is read from each replica's /metrics.
+		if !r.Mem.OK || r.Mem.HeapInuse <= 0 || r.Mem.Stacks <= 0 || r.Mem.Goroutines <= 0 || r.Mem.RSSAnon <= 0 || r.Mem.RSSFile <= 0 {
+			t.Errorf("%s: memory breakdown %+v", r.Agent.Name, r.Mem)
+		}
 	}
 	if results[1].Replicas != 3 {
 		t.Errorf("cluster result has %d replicas", results[1].Replicas)
 	}
+	if results[1].Mem.Goroutines <= results[0].Mem.Goroutines {
+		t.Errorf("three replicas have %d goroutines, one has %d: not summed over processes", results[1].Mem.Goroutines, results[0].Mem.Goroutines)
+	}
 	rep := Report(results, opts, ThisMachine(), "go test", time.Now())
 	if !strings.Contains(rep, "| shoal x3 |") || strings.Contains(rep, "not measured") {
 		t.Errorf("report:\n%s", rep)
+	}
+	rep = ReportRounds(Summarize(per), SideSetup{Options: opts, Rounds: 1, Machine: ThisMachine(), Command: "go test", When: time.Now()})
+	if strings.Contains(rep, "not measured") || strings.Contains(rep, "n/a") {
+		t.Errorf("rounds report:\n%s", rep)
+	}
+
+	// Profiles from shoal's /debug/pprof over a short window.
+	p := b.Profile(t.Context(), agents[0], 3*time.Second)
+	checkSane(t, p)
+	switch {
+	case p.Profile == nil:
+		t.Error("no profiles")
+	case p.Profile.Err != "":
+		t.Errorf("profiles: %s", p.Profile.Err)
+	default:
+		pr := p.Profile
+		if pr.Heap.Total <= 0 || len(pr.Heap.Flat) == 0 || len(pr.Heap.Cum) == 0 || pr.Heap.Unit != "bytes" {
+			t.Errorf("heap summary %+v", pr.Heap)
+		}
+		if pr.CPU.Duration < 2*time.Second || len(pr.CPU.Cum) == 0 {
+			t.Errorf("CPU summary %+v", pr.CPU)
+		}
+		for _, f := range []string{pr.CPUPath, pr.HeapPath} {
+			if st, err := os.Stat(f); err != nil || st.Size() == 0 {
+				t.Errorf("raw profile %q: %v", f, err)
+			}
+		}
+		if rep := ReportProfile(p, opts, ThisMachine(), "go test", time.Now()); !strings.Contains(rep, "**Heap in use:") {
+			t.Errorf("profile report:\n%s", rep)
+		}
 	}
 	if t.Failed() {
 		for _, name := range []string{"shoal/shoal-0.log", "shoal x3/shoal-0.log"} {
