@@ -55,7 +55,10 @@ remote_write:
   - url: URL0
     queue_config: {batch_send_deadline: 50ms}
 `, srv.URL)
-		m := NewManager(walDir, progDir, nil, prometheus.NewRegistry())
+		m, err := NewManager(walDir, progDir, nil, prometheus.NewRegistry())
+		if err != nil {
+			b.Fatal(err)
+		}
 		if err := m.ApplyConfig(cfg); err != nil {
 			b.Fatal(err)
 		}
@@ -128,7 +131,10 @@ func BenchmarkCatchUp(b *testing.B) {
 		clear(arrived)
 		mu.Unlock()
 		got.Store(0)
-		m := NewManager(walDir, progDir, nil, prometheus.NewRegistry())
+		m, err := NewManager(walDir, progDir, nil, prometheus.NewRegistry())
+		if err != nil {
+			b.Fatal(err)
+		}
 		if err := m.ApplyConfig(loadConfig(b, "remote_write:\n  - url: URL0\n", srv.URL)); err != nil {
 			b.Fatal(err)
 		}

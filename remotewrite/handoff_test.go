@@ -106,7 +106,10 @@ func TestNestedHoldsTheLowestWins(t *testing.T) {
 }
 
 func TestAckedWithoutQueues(t *testing.T) {
-	m := NewManager(t.TempDir(), t.TempDir(), nil, nil)
+	m, err := NewManager(t.TempDir(), t.TempDir(), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if m.Acked(wal.Position{}) {
 		t.Fatal("Acked before the first configuration")
 	}

@@ -247,7 +247,10 @@ type testManager struct {
 func startManager(t *testing.T, walDir, progDir string, cfg *config.Config) *testManager {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	m := NewManager(walDir, progDir, testLogger(t), reg)
+	m, err := NewManager(walDir, progDir, testLogger(t), reg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := m.ApplyConfig(cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -345,4 +348,10 @@ func testHistogram(i int) *histogram.Histogram {
 func dirs(t *testing.T) (walDir, progDir string) {
 	base := t.TempDir()
 	return filepath.Join(base, "wal"), filepath.Join(base, "remotewrite")
+}
+
+// unregisteredMetrics is the package's collectors without a registry.
+func unregisteredMetrics() *metrics {
+	m, _ := newMetrics(nil) // a nil registry cannot fail
+	return m
 }

@@ -74,7 +74,7 @@ func benchQueue(b testing.TB, n int, protobufMessage string) (*queue, *discardCl
 	}
 	dir := b.TempDir()
 	c := &discardClient{}
-	q := newQueue(sp, dir+"/wal", dir, c, newMetrics(nil), slog.New(slog.DiscardHandler))
+	q := newQueue(sp, dir+"/wal", dir, c, unregisteredMetrics(), slog.New(slog.DiscardHandler))
 	if err := q.journal.open(position{}, 0, false, 1); err != nil {
 		b.Fatal(err)
 	}

@@ -74,20 +74,26 @@ func (m *Manager) SeparateBy(label string) {
 
 // NewManager returns a Manager for the WAL in walDir that keeps progress files
 // in progressDir. A nil logger discards logs; a nil reg registers nothing.
-func NewManager(walDir, progressDir string, logger *slog.Logger, reg prometheus.Registerer) *Manager {
+// It fails when its metrics cannot be registered with reg; Close unregisters
+// them.
+func NewManager(walDir, progressDir string, logger *slog.Logger, reg prometheus.Registerer) (*Manager, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
+	}
+	metrics, err := newMetrics(reg)
+	if err != nil {
+		return nil, err
 	}
 	m := &Manager{
 		walDir:      walDir,
 		progressDir: progressDir,
 		logger:      logger,
-		metrics:     newMetrics(reg),
+		metrics:     metrics,
 		queues:      map[string]*queue{},
 		stopCh:      make(chan struct{}),
 	}
 	m.snapshot.Store(&[]*queue{})
-	return m
+	return m, nil
 }
 
 // spec is everything a queue is built from. Two equal specs mean the queue
@@ -397,7 +403,8 @@ func (m *Manager) PendingSegment() (segment int, ok bool) {
 
 // Stop makes every queue send what is in the WAL up to now, for at most
 // flushDeadline, persists their progress and stops them. Run then returns.
-// Stop is idempotent; ApplyConfig fails after it.
+// Stop is idempotent; ApplyConfig fails after it. The metrics stay
+// registered (their final values can still be read) until Close.
 func (m *Manager) Stop(flushDeadline time.Duration) {
 	m.mtx.Lock()
 	defer m.mtx.Unlock()
@@ -415,4 +422,13 @@ func (m *Manager) Stop(flushDeadline time.Duration) {
 	}
 	wg.Wait()
 	close(m.stopCh)
+}
+
+// Close stops the Manager without a flush if Stop was not called, and
+// unregisters its metrics, so that a new Manager can use the same registry.
+func (m *Manager) Close() {
+	m.Stop(0)
+	m.mtx.Lock()
+	defer m.mtx.Unlock()
+	m.metrics.unregister()
 }

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 func (m *Manager) queueFor(name string) *queue {
@@ -103,7 +105,10 @@ remote_write:
 
 func TestPendingSegmentBeforeConfigKeepsEverything(t *testing.T) {
 	walDir, progDir := dirs(t)
-	m := NewManager(walDir, progDir, nil, nil)
+	m, err := NewManager(walDir, progDir, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if s, ok := m.PendingSegment(); !ok || s != 0 {
 		t.Fatalf("unconfigured PendingSegment = %d %v, want 0 true", s, ok)
 	}
@@ -219,7 +224,7 @@ func TestContextCancelPersistsAcknowledged(t *testing.T) {
 }
 
 func TestReshard(t *testing.T) {
-	q := &queue{s: settings{minShards: 1, maxShards: 5}, logger: testLogger(t), m: newMetrics(nil).forQueue("x", "u")}
+	q := &queue{s: settings{minShards: 1, maxShards: 5}, logger: testLogger(t), m: unregisteredMetrics().forQueue("x", "u")}
 	steps := []struct {
 		behind, retried bool
 		want            int
@@ -273,4 +278,50 @@ remote_write:
 	if n := QueueName(cfg.RemoteWriteConfigs[1]); filepath.Base(n) != n || n[0] == '.' {
 		t.Fatalf("unsafe name %q", n)
 	}
+}
+
+// The project's rule for metrics: register in the constructor, fail on a
+// registration error, unregister on close. A second Manager on a registry
+// in use is refused and leaves the first one's metrics alone; Stop keeps
+// them readable; after Close the registry is empty and a new Manager can use it.
+func TestMetricsUnregisteredOnClose(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	count := func() int {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, mf := range mfs {
+			n += len(mf.GetMetric())
+		}
+		return n
+	}
+	first, err := NewManager(t.TempDir(), t.TempDir(), nil, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := count()
+	if before == 0 {
+		t.Fatal("no metric exported after NewManager")
+	}
+	if _, err := NewManager(t.TempDir(), t.TempDir(), nil, reg); err == nil {
+		t.Fatal("a second Manager on the same registry was accepted")
+	}
+	if got := count(); got != before {
+		t.Fatalf("the refused Manager changed the registry: %d metrics, want %d", got, before)
+	}
+	first.Stop(time.Second)
+	if got := count(); got != before {
+		t.Fatalf("Stop changed the registry: %d metrics, want %d (final values stay readable)", got, before)
+	}
+	first.Close()
+	if got := count(); got != 0 {
+		t.Fatalf("%d metrics left after Close", got)
+	}
+	again, err := NewManager(t.TempDir(), t.TempDir(), nil, reg)
+	if err != nil {
+		t.Fatalf("a new Manager after Close: %v", err)
+	}
+	again.Close()
 }

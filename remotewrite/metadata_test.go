@@ -71,7 +71,7 @@ remote_write:
 	if err != nil {
 		t.Fatal(err)
 	}
-	return newQueue(sp, walDir, progDir, client, newMetrics(nil), testLogger(t))
+	return newQueue(sp, walDir, progDir, client, unregisteredMetrics(), testLogger(t))
 }
 
 // writeMetadataWAL declares n series (one family each) with metadata and a sample.

@@ -2,6 +2,7 @@ package remotewrite
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -64,9 +65,17 @@ type metrics struct {
 	sendDropped *prometheus.CounterVec // {remote_name, url, reason}
 	retries     *prometheus.CounterVec // {remote_name, url, reason}
 	resent      *prometheus.CounterVec // {remote_name, outcome}
+
+	reg        prometheus.Registerer
+	registered []prometheus.Collector
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
+// newMetrics builds the package's collectors and registers them with reg (a
+// nil reg registers nothing). A registration error unregisters what was
+// already registered and is returned: two Managers on one registry are a
+// wiring mistake. The unlabelled highest-timestamp gauge is the exception:
+// when the name is already exported, that gauge is fed instead.
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	qLabels := []string{labelRemoteName, labelURL}
 	counter := func(name, help string, extra ...string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -150,8 +159,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{labelRemoteName, "outcome"}),
 	}
 	if reg == nil {
-		return m
+		return m, nil
 	}
+	m.reg = reg
 	for _, c := range []prometheus.Collector{
 		m.samplesTotal, m.samplesFailed, m.samplesRetried,
 		m.histogramsTotal, m.histogramsFailed, m.histogramsRetried,
@@ -165,21 +175,35 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.progressSegment, m.progressOffset, m.segmentsSkipped, m.walReadErrors, m.progressWriteErr, m.seriesCached,
 		m.sendDropped, m.retries, m.resent,
 	} {
-		// A collector that is already registered (a second Manager on the
-		// same registry) is not fatal: keep our own unregistered copy.
-		_ = reg.Register(c)
+		if err := reg.Register(c); err != nil {
+			m.unregister()
+			return nil, fmt.Errorf("remote-write metrics: %w", err)
+		}
+		m.registered = append(m.registered, c)
 	}
 	if err := reg.Register(m.highestTimestamp); err != nil {
-		// Someone else (for instance the WAL) may already export this name;
-		// feed that gauge rather than failing.
+		// Someone else may already export this unlabelled name; feed that
+		// gauge rather than failing, and leave it registered on close.
 		var are prometheus.AlreadyRegisteredError
 		if errors.As(err, &are) {
 			if g, ok := are.ExistingCollector.(prometheus.Gauge); ok {
 				m.highestTimestamp = g
+				return m, nil
 			}
 		}
+		m.unregister()
+		return nil, fmt.Errorf("remote-write metrics: %w", err)
 	}
-	return m
+	m.registered = append(m.registered, m.highestTimestamp)
+	return m, nil
+}
+
+// unregister removes every collector newMetrics registered.
+func (m *metrics) unregister() {
+	for _, c := range m.registered {
+		m.reg.Unregister(c)
+	}
+	m.registered = nil
 }
 
 // observeHighest raises the unlabelled highest timestamp gauge, never lowers it.

@@ -46,7 +46,10 @@ func TestSeparateByKeepsRanksApart(t *testing.T) {
 	for r := range rounds {
 		tw.samples(refs, int64(1000*(r+1)))
 	}
-	m := NewManager(walDir, progDir, testLogger(t), nil)
+	m, err := NewManager(walDir, progDir, testLogger(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	m.SeparateBy("replica")
 	if err := m.ApplyConfig(loadConfig(t, "remote_write:\n  - url: URL0\n"+fastQueue, rcv.srv.URL)); err != nil {
 		t.Fatal(err)

@@ -191,7 +191,11 @@ func run(ctx context.Context, f *flags) error {
 
 	// Remote write is created before the WAL so that the WAL can ask it which
 	// segments are still needed, and wake it on every commit.
-	a.remote = remotewrite.NewManager(filepath.Join(f.storagePath, "wal"), filepath.Join(f.storagePath, "remotewrite"), logger.With("component", "remotewrite"), reg)
+	remote, err := remotewrite.NewManager(filepath.Join(f.storagePath, "wal"), filepath.Join(f.storagePath, "remotewrite"), logger.With("component", "remotewrite"), reg)
+	if err != nil {
+		return err
+	}
+	a.remote = remote
 	if f.clusterEnabled && f.replicationFactor > 1 {
 		// One rank per request, so that HA-deduplicating receivers work.
 		a.remote.SeparateBy(f.replicaLabel)
@@ -372,6 +376,7 @@ func run(ctx context.Context, f *flags) error {
 			logger.Info("Flushing remote write queues", "deadline", f.remoteFlushTimeout)
 			a.remote.Stop(f.remoteFlushTimeout)
 			rwCancel()
+			a.remote.Close()
 		})
 	}
 	if monWatcher != nil {
