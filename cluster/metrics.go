@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/shoal-dev/shoal/internal/promreg"
 )
 
 type metrics struct {
@@ -23,14 +25,9 @@ type metrics struct {
 	weightsSends      *prometheus.CounterVec
 	badWeights        prometheus.Counter
 
-	// registered are the collectors newMetrics registered, each with the
-	// registerer it went to, so that unregister removes exactly those.
-	registered []registered
-}
-
-type registered struct {
-	reg prometheus.Registerer
-	c   prometheus.Collector
+	// plain holds the collectors registered as they are; named those
+	// registered with the cluster_name label.
+	plain, named *promreg.Group
 }
 
 // eventNodeConflict counts, in cluster_node_gossip_received_events_total,
@@ -121,40 +118,40 @@ func newMetrics(reg prometheus.Registerer, clusterName string, lamport, health, 
 	if reg == nil {
 		return m, nil
 	}
-	named := prometheus.WrapRegistererWith(prometheus.Labels{"cluster_name": clusterName}, reg)
-	for _, r := range []registered{
-		{reg, m.refused}, {reg, m.badMeta}, {reg, m.discoveryErrs}, {reg, m.joins},
-		{reg, m.weightsPublished}, {reg, m.weightsStateBytes}, {reg, m.weightsSends}, {reg, m.badWeights},
-		{named, m.info}, {named, m.peers}, {named, m.receivedEvents}, {named, m.broadcasts},
-		{named, m.ready}, {named, m.minimumSize},
-		{named, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+	plain, err := promreg.Register(reg,
+		m.refused, m.badMeta, m.discoveryErrs, m.joins,
+		m.weightsPublished, m.weightsStateBytes, m.weightsSends, m.badWeights,
+	)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: registering metrics: %w", err)
+	}
+	named, err := promreg.Register(prometheus.WrapRegistererWith(prometheus.Labels{"cluster_name": clusterName}, reg),
+		m.info, m.peers, m.receivedEvents, m.broadcasts, m.ready, m.minimumSize,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "cluster_node_lamport_time",
 			Help: "This node's lamport clock.",
-		}, lamport)},
-		{named, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		}, lamport),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "cluster_node_gossip_health_score",
 			Help: "memberlist's awareness health score; 0 is healthy, higher means this node is failing to keep up.",
-		}, health)},
-		{named, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		}, health),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "cluster_node_gossip_alive_peers",
 			Help: "Members memberlist considers alive (suspect included), this node included.",
-		}, alive)},
-	} {
-		if err := r.reg.Register(r.c); err != nil {
-			m.unregister()
-			return nil, fmt.Errorf("cluster: registering metrics: %w", err)
-		}
-		m.registered = append(m.registered, r)
+		}, alive),
+	)
+	if err != nil {
+		plain.Unregister()
+		return nil, fmt.Errorf("cluster: registering metrics: %w", err)
 	}
+	m.plain, m.named = plain, named
 	return m, nil
 }
 
 // unregister removes every collector newMetrics registered.
 func (m *metrics) unregister() {
-	for _, r := range m.registered {
-		r.reg.Unregister(r.c)
-	}
-	m.registered = nil
+	m.plain.Unregister()
+	m.named.Unregister()
 }
 
 // setState exposes a single cluster_node_info series, for the current state.

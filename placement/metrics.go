@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/shoal-dev/shoal/internal/promreg"
 )
 
 type metrics struct {
@@ -14,7 +16,7 @@ type metrics struct {
 	// ModeBounded.
 	published, placed, load, limit prometheus.Gauge
 	generations                    prometheus.Counter
-	unregister                     func()
+	group                          *promreg.Group
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -68,25 +70,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "shoal_placement_generations_total",
 			Help: "Bounded-load placements built because the participants or the published weights changed; each is a hand-off generation.",
 		}),
-		unregister: func() {},
 	}
 	cs := []prometheus.Collector{m.fencedSeq, m.ackedSeq, m.holds, m.holdSeconds, m.holdTimeouts, m.contested, m.contestTimeouts,
 		m.published, m.placed, m.load, m.limit, m.generations}
-	if reg != nil {
-		for i, c := range cs {
-			if err := reg.Register(c); err != nil {
-				for _, r := range cs[:i] {
-					reg.Unregister(r)
-				}
-				return nil, fmt.Errorf("placement: %w", err)
-			}
-		}
-		m.unregister = func() {
-			for _, c := range cs {
-				reg.Unregister(c)
-			}
-		}
+	g, err := promreg.Register(reg, cs...)
+	if err != nil {
+		return nil, fmt.Errorf("placement: %w", err)
 	}
+	m.group = g
 	return m, nil
 }
 

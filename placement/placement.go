@@ -267,7 +267,7 @@ func New(opts Options, cl Cluster, fence Fencer, w WAL, remote Remote, logger *s
 }
 
 // Close unregisters the metrics.
-func (c *Coordinator) Close() { c.metrics.unregister() }
+func (c *Coordinator) Close() { c.metrics.group.Unregister() }
 
 // SetFilter gives the Coordinator the filter it drives. Until then, and
 // until Run runs, no ring is handed out.

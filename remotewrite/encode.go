@@ -233,17 +233,7 @@ func (b *shardBuffers) appendGenerated(dst []byte, items []item, idx []int32) ([
 	ts.Histograms = ts.Histograms[:0]
 	ts.Exemplars = ts.Exemplars[:0]
 	for _, i := range idx {
-		it := &items[i]
-		switch it.kind {
-		case kindSample:
-			ts.Samples = append(ts.Samples, prompb.Sample{Value: it.v, Timestamp: it.t})
-		case kindHistogram:
-			ts.Histograms = append(ts.Histograms, prompb.FromIntHistogram(it.t, it.x.h))
-		case kindFloatHistogram:
-			ts.Histograms = append(ts.Histograms, prompb.FromFloatHistogram(it.t, it.x.fh))
-		case kindExemplar:
-			ts.Exemplars = append(ts.Exemplars, prompb.Exemplar{Labels: prompb.FromLabels(it.x.exLbls, nil), Value: it.v, Timestamp: it.t})
-		}
+		addToTimeSeries(ts, &items[i])
 	}
 	dst, err := appendMessage(dst, tagWriteRequestTimeseries, ts)
 	clear(ts.Histograms) // let the histograms' spans and buckets be collected
@@ -267,4 +257,18 @@ func appendMessage(dst []byte, tag byte, m generatedMessage) ([]byte, error) {
 		return nil, err
 	}
 	return dst, nil
+}
+
+// addToTimeSeries appends one item to ts in the generated types' form.
+func addToTimeSeries(ts *prompb.TimeSeries, it *item) {
+	switch it.kind {
+	case kindSample:
+		ts.Samples = append(ts.Samples, prompb.Sample{Value: it.v, Timestamp: it.t})
+	case kindHistogram:
+		ts.Histograms = append(ts.Histograms, prompb.FromIntHistogram(it.t, it.x.h))
+	case kindFloatHistogram:
+		ts.Histograms = append(ts.Histograms, prompb.FromFloatHistogram(it.t, it.x.fh))
+	case kindExemplar:
+		ts.Exemplars = append(ts.Exemplars, prompb.Exemplar{Labels: prompb.FromLabels(it.x.exLbls, nil), Value: it.v, Timestamp: it.t})
+	}
 }

@@ -26,17 +26,7 @@ func generatedRequest(items []item, md []prompb.MetricMetadata) prompb.WriteRequ
 			index[it.ref] = i
 			req.Timeseries = append(req.Timeseries, prompb.TimeSeries{Labels: prompb.FromLabels(it.lbls, nil)})
 		}
-		ts := &req.Timeseries[i]
-		switch it.kind {
-		case kindSample:
-			ts.Samples = append(ts.Samples, prompb.Sample{Value: it.v, Timestamp: it.t})
-		case kindHistogram:
-			ts.Histograms = append(ts.Histograms, prompb.FromIntHistogram(it.t, it.x.h))
-		case kindFloatHistogram:
-			ts.Histograms = append(ts.Histograms, prompb.FromFloatHistogram(it.t, it.x.fh))
-		case kindExemplar:
-			ts.Exemplars = append(ts.Exemplars, prompb.Exemplar{Labels: prompb.FromLabels(it.x.exLbls, nil), Value: it.v, Timestamp: it.t})
-		}
+		addToTimeSeries(&req.Timeseries[i], &it)
 	}
 	return req
 }

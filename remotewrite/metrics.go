@@ -6,6 +6,8 @@ import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/shoal-dev/shoal/internal/promreg"
 )
 
 const (
@@ -66,8 +68,7 @@ type metrics struct {
 	retries     *prometheus.CounterVec // {remote_name, url, reason}
 	resent      *prometheus.CounterVec // {remote_name, outcome}
 
-	reg        prometheus.Registerer
-	registered []prometheus.Collector
+	group *promreg.Group
 }
 
 // newMetrics builds the package's collectors and registers them with reg (a
@@ -161,8 +162,22 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	m.reg = reg
-	for _, c := range []prometheus.Collector{
+	// The unlabelled highest-timestamp gauge first: when someone else
+	// already exports the name, feed that gauge (and leave it to its owner).
+	g, err := promreg.Register(reg, m.highestTimestamp)
+	if err != nil {
+		var are prometheus.AlreadyRegisteredError
+		existing, ok := prometheus.Gauge(nil), false
+		if errors.As(err, &are) {
+			existing, ok = are.ExistingCollector.(prometheus.Gauge)
+		}
+		if !ok {
+			return nil, fmt.Errorf("remote-write metrics: %w", err)
+		}
+		m.highestTimestamp = existing
+		g, _ = promreg.Register(reg) // an empty group cannot fail
+	}
+	if err := g.Add(
 		m.samplesTotal, m.samplesFailed, m.samplesRetried,
 		m.histogramsTotal, m.histogramsFailed, m.histogramsRetried,
 		m.exemplarsTotal, m.exemplarsFailed, m.exemplarsRetried,
@@ -174,37 +189,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		m.sentBatchDuration, m.bytesTotal,
 		m.progressSegment, m.progressOffset, m.segmentsSkipped, m.walReadErrors, m.progressWriteErr, m.seriesCached,
 		m.sendDropped, m.retries, m.resent,
-	} {
-		if err := reg.Register(c); err != nil {
-			m.unregister()
-			return nil, fmt.Errorf("remote-write metrics: %w", err)
-		}
-		m.registered = append(m.registered, c)
-	}
-	if err := reg.Register(m.highestTimestamp); err != nil {
-		// Someone else may already export this unlabelled name; feed that
-		// gauge rather than failing, and leave it registered on close.
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if g, ok := are.ExistingCollector.(prometheus.Gauge); ok {
-				m.highestTimestamp = g
-				return m, nil
-			}
-		}
-		m.unregister()
+	); err != nil {
 		return nil, fmt.Errorf("remote-write metrics: %w", err)
 	}
-	m.registered = append(m.registered, m.highestTimestamp)
+	m.group = g
 	return m, nil
 }
 
 // unregister removes every collector newMetrics registered.
-func (m *metrics) unregister() {
-	for _, c := range m.registered {
-		m.reg.Unregister(c)
-	}
-	m.registered = nil
-}
+func (m *metrics) unregister() { m.group.Unregister() }
 
 // observeHighest raises the unlabelled highest timestamp gauge, never lowers it.
 func (m *metrics) observeHighest(seconds float64) {

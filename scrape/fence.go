@@ -10,11 +10,13 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/histogram"
 	"github.com/prometheus/prometheus/model/labels"
 	promscrape "github.com/prometheus/prometheus/scrape"
 	"github.com/prometheus/prometheus/storage"
+	"github.com/shoal-dev/shoal/internal/promreg"
 )
 
 // UnitLabel is the internal target label by which the Fence recognises the
@@ -67,9 +69,9 @@ type Fence struct {
 	inflight map[Unit]int
 	changed  chan struct{} // closed and replaced when an in-flight count drops
 
-	refused      prometheus.Counter
-	unfenceable  prometheus.Counter
-	unregisterFn func()
+	refused     prometheus.Counter
+	unfenceable prometheus.Counter
+	metrics     *promreg.Group
 }
 
 // NewFence wraps next. Metrics are registered on reg (may be nil).
@@ -87,24 +89,17 @@ func NewFence(next storage.AppendableV2, reg prometheus.Registerer) (*Fence, err
 			Name: "shoal_handoff_unfenceable_appenders_total",
 			Help: "Scrape appenders whose target carries no " + UnitLabel + " label (dropped by relabelling?), so that hand-off cannot fence them.",
 		}),
-		unregisterFn: func() {},
 	}
-	if reg != nil {
-		for _, c := range []prometheus.Collector{f.refused, f.unfenceable} {
-			if err := reg.Register(c); err != nil {
-				return nil, fmt.Errorf("scrape fence: %w", err)
-			}
-		}
-		f.unregisterFn = func() {
-			reg.Unregister(f.refused)
-			reg.Unregister(f.unfenceable)
-		}
+	g, err := promreg.Register(reg, f.refused, f.unfenceable)
+	if err != nil {
+		return nil, fmt.Errorf("scrape fence: %w", err)
 	}
+	f.metrics = g
 	return f, nil
 }
 
 // Close unregisters the metrics.
-func (f *Fence) Close() { f.unregisterFn() }
+func (f *Fence) Close() { f.metrics.Unregister() }
 
 // Meter is told what every scrape of a unit appended: load-aware placement
 // weighs targets by it. Measured runs inside the scrape's commit, so it

@@ -6,11 +6,13 @@ import (
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/shoal-dev/shoal/internal/promreg"
 )
 
 type metrics struct {
-	reg        prometheus.Registerer
 	collectors []prometheus.Collector
+	group      *promreg.Group
 
 	replayDuration      prometheus.Gauge
 	corruptionsRepaired prometheus.Counter
@@ -43,7 +45,7 @@ const (
 )
 
 func newMetrics(s *Storage, reg prometheus.Registerer) (*metrics, error) {
-	m := &metrics{reg: reg}
+	m := &metrics{}
 	counter := func(name, help string) prometheus.Counter {
 		c := prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
 		m.collectors = append(m.collectors, c)
@@ -110,27 +112,15 @@ func newMetrics(s *Storage, reg prometheus.Registerer) (*metrics, error) {
 		}, func() float64 { return float64(s.liveSegment.Load()) }),
 	)
 
-	if reg != nil {
-		for i, c := range m.collectors {
-			if err := reg.Register(c); err != nil {
-				for _, r := range m.collectors[:i] {
-					reg.Unregister(r)
-				}
-				return nil, err
-			}
-		}
+	g, err := promreg.Register(reg, m.collectors...)
+	if err != nil {
+		return nil, err
 	}
+	m.group = g
 	return m, nil
 }
 
-func (m *metrics) unregister() {
-	if m.reg == nil {
-		return
-	}
-	for _, c := range m.collectors {
-		m.reg.Unregister(c)
-	}
-}
+func (m *metrics) unregister() { m.group.Unregister() }
 
 // dirUsage counts the segment files in dir and the bytes of segments and
 // checkpoints. Errors count as zero: the metric must never fail a scrape.
