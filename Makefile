@@ -9,7 +9,7 @@ LDFLAGS    = -X github.com/prometheus/common/version.Version=$(VERSION) \
              -X github.com/prometheus/common/version.Revision=$(REVISION) \
              -X github.com/prometheus/common/version.Branch=main
 
-.PHONY: all build test test-unit test-e2e test-k8s kube-apiserver fuzz lint lint-chart chart-docs image demo bench clean
+.PHONY: all build test test-unit test-e2e test-k8s helm kube-apiserver cold-check fuzz lint lint-chart chart-docs image demo bench clean
 
 all: build
 
@@ -25,15 +25,33 @@ build:
 # The whole suite: static checks, unit and in-process tests with the race
 # detector, then the multi-process end-to-end tests on their own so that
 # their time bounds are not shared with the rest of the suite on a small machine,
-# then the tests against a real Kubernetes API server.
-test: lint test-unit test-e2e test-k8s
+# then the tests against a real Kubernetes API server. Each phase, the tool
+# builds included, prints its wall time (scripts/phase.sh).
+PHASE = ./scripts/phase.sh
+test:
+	@$(PHASE) tools-helm $(MAKE) --no-print-directory helm
+	@$(PHASE) lint $(MAKE) --no-print-directory lint
+	@$(PHASE) unit $(MAKE) --no-print-directory test-unit
+	@$(PHASE) e2e $(MAKE) --no-print-directory test-e2e
+	@$(PHASE) tools-kube-apiserver $(MAKE) --no-print-directory kube-apiserver
+	@$(PHASE) k8s $(MAKE) --no-print-directory test-k8s
+
+# Tools before tests, one rule: a test that needs a tool make builds (helm,
+# kube-apiserver, any later one) runs only from a target that has the tool as
+# a prerequisite. The tests that start an API server (k8stest.StartForTest)
+# are named TestKubernetes… (StartForTest fails any other name): test-unit and
+# test-e2e skip them, test-k8s runs them after building kube-apiserver. helm
+# is used by lint-chart only; the tests use the Helm SDK, a Go module.
+K8S_TESTS = ^TestKubernetes
+# The packages besides e2e and internal/k8stest that hold such tests.
+K8S_UNIT_PKGS = $(shell grep -rl --include='*_test.go' '^func TestKubernetes' . | xargs -r -n1 dirname | sort -u | grep -v -x -e ./e2e -e ./internal/k8stest)
 
 test-unit:
-	$(GO) test -race -count=1 -timeout 30m $(PKGS_UNIT)
+	$(GO) test -race -count=1 -timeout 30m -skip '$(K8S_TESTS)' $(PKGS_UNIT)
 	$(GO) test -count=1 -tags slim_sd -run '^TestSlimSDSet$$' ./cmd/shoal/
 
 test-e2e:
-	$(GO) test -count=1 -timeout 40m -v -skip '^TestKubernetes' ./e2e/
+	$(GO) test -count=1 -timeout 40m -v -skip '$(K8S_TESTS)' ./e2e/
 
 # A real control plane (internal/k8stest): kube-apiserver, built once from the
 # module proxy into the tools cache (see kube-apiserver below), and Debian's
@@ -41,7 +59,8 @@ test-e2e:
 # processes discover each other and their targets through it.
 test-k8s: $(KUBE_APISERVER)
 	$(K8S_ENV) $(GO) test -count=1 -timeout 20m -v ./internal/k8stest/
-	$(K8S_ENV) $(GO) test -count=1 -timeout 30m -v -run '^TestKubernetes' ./e2e/
+	$(if $(K8S_UNIT_PKGS),$(K8S_ENV) $(GO) test -race -count=1 -timeout 20m -v -run '$(K8S_TESTS)' $(K8S_UNIT_PKGS))
+	$(K8S_ENV) $(GO) test -count=1 -timeout 30m -v -run '$(K8S_TESTS)' ./e2e/
 
 # Each fuzzer in turn for FUZZTIME (go test runs one -fuzz target at a
 # time). Plain go test, as in test-unit, runs only their seed corpora. The
@@ -78,6 +97,8 @@ HELM_LDFLAGS  = -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
 $(HELM):
 	GOBIN=$(dir $(HELM)) GOFLAGS=-buildvcs=false $(GO) install -ldflags '$(HELM_LDFLAGS)' helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
 
+helm: $(HELM)
+
 # helm lint on the chart with its defaults and with every optional part on.
 lint-chart: $(HELM)
 	$(HELM) lint --strict charts/shoal
@@ -96,6 +117,14 @@ $(KUBE_APISERVER):
 	GO=$(GO) ./scripts/build-kube-apiserver.sh $(KUBE_VERSION) $(dir $(KUBE_APISERVER))
 
 kube-apiserver: $(KUBE_APISERVER)
+
+# .ci/run in a fresh clone of HEAD with an empty home directory, Go build
+# and module caches and tools cache, as on a machine that never saw the
+# project; prints each phase's wall time (scripts/cold-check.sh). Keeps
+# nothing unless COLD_KEEP=1. Run it whenever a change adds a tool or a test
+# dependency.
+cold-check:
+	./scripts/cold-check.sh
 
 # Regenerates charts/shoal/README.md from values.yaml and copies the alerting
 # rules and dashboards from operations/ into the chart.

@@ -18,13 +18,13 @@ import (
 	"github.com/shoal-dev/shoal/monitors"
 )
 
-// TestWatcherRereadsReferencedSecrets: against a real API server, a
+// TestKubernetesWatcherRereadsReferencedSecrets: against a real API server, a
 // ServiceMonitor's basic-auth Secret changes while the ServiceMonitor does
 // not; the new password reaches the generated job within a few resyncs. A
 // deleted Secret does not drop the job that scrapes (several resyncs pass,
 // counted as kept), a re-created one is read again, and a change of the
 // object itself still rejects it for the missing Secret.
-func TestWatcherRereadsReferencedSecrets(t *testing.T) {
+func TestKubernetesWatcherRereadsReferencedSecrets(t *testing.T) {
 	cp := k8stest.StartForTest(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -69,11 +69,11 @@ func createYAML(t *testing.T, dyn dynamic.Interface, gvr schema.GroupVersionReso
 	}
 }
 
-// TestWatcherWithAPIServer runs the watcher against a real API server:
+// TestKubernetesWatcher runs the watcher against a real API server:
 // started before the CRDs exist (counted, no crash, an empty first result),
 // then objects created, filtered by selector and namespaces, changed,
 // rejected for a missing Secret, and deleted.
-func TestWatcherWithAPIServer(t *testing.T) {
+func TestKubernetesWatcher(t *testing.T) {
 	cp := k8stest.StartForTest(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

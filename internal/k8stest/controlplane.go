@@ -262,11 +262,21 @@ func (c *ControlPlane) Logs(n int) string {
 	return b.String()
 }
 
+// TestPrefix starts the name of every test that runs an API server. The
+// Makefile selects tests by it: `make test-unit` skips them and `make
+// test-k8s`, which builds kube-apiserver first, runs them, so that no test
+// needs a tool that its make target has not built yet.
+const TestPrefix = "TestKubernetes"
+
 // StartForTest requires the binaries (see RequireBinaries), starts a
 // control plane in a temporary directory and stops it when the test ends;
-// if the test failed, the end of both logs is printed.
+// if the test failed, the end of both logs is printed. It fails a test not
+// named TestPrefix…: that test would run before kube-apiserver is built.
 func StartForTest(t testing.TB) *ControlPlane {
 	t.Helper()
+	if !strings.HasPrefix(t.Name(), TestPrefix) {
+		t.Fatalf("%s starts an API server but is not named %s…: only tests so named run in `make test-k8s`, after kube-apiserver is built (see the Makefile)", t.Name(), TestPrefix)
+	}
 	bins := RequireBinaries(t)
 	c, err := Start(context.Background(), Options{Binaries: bins, Dir: t.TempDir()})
 	if err != nil {

@@ -85,6 +85,38 @@ func TestRequireBinariesFailsInCI(t *testing.T) {
 	}
 }
 
+// misnamedTB is a test named name whose Fatalf records the message and
+// stops StartForTest by panicking.
+type misnamedTB struct {
+	testing.TB
+	name, fatal string
+}
+
+func (m *misnamedTB) Name() string { return m.name }
+func (m *misnamedTB) Fatalf(format string, args ...any) {
+	m.fatal = fmt.Sprintf(format, args...)
+	panic(m)
+}
+
+// TestStartForTestRefusesTestsNotNamedForTestK8s: a test that starts an API
+// server but would run in `make test-unit` (before kube-apiserver is built)
+// fails at once, naming the rule, whether or not the binaries exist.
+func TestStartForTestRefusesTestsNotNamedForTestK8s(t *testing.T) {
+	m := &misnamedTB{TB: t, name: "TestWatcherWithAPIServer"}
+	func() {
+		defer func() {
+			if r := recover(); r != nil && r != any(m) {
+				panic(r)
+			}
+		}()
+		StartForTest(m)
+		t.Fatal("StartForTest started a control plane for a test not named " + TestPrefix + "…")
+	}()
+	if !strings.Contains(m.fatal, "not named TestKubernetes…") || !strings.Contains(m.fatal, "make test-k8s") {
+		t.Fatalf("StartForTest failed with %q; want it to name the rule", m.fatal)
+	}
+}
+
 func TestStartRefusesBadOptions(t *testing.T) {
 	ok := Binaries{APIServer: "/bin/true", Etcd: "/bin/true"}
 	for _, tc := range []struct {
@@ -250,11 +282,11 @@ func TestStartReportsAPIServerFailure(t *testing.T) {
 	}
 }
 
-// TestControlPlane starts the real control plane and checks each thing the
+// TestKubernetesControlPlane starts the real control plane and checks each thing the
 // end-to-end tests rely on: the version, RBAC enforced on service-account
 // tokens from the TokenRequest API, kubeconfig files, namespaces that accept
 // pods, and a clean stop.
-func TestControlPlane(t *testing.T) {
+func TestKubernetesControlPlane(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts etcd and kube-apiserver")
 	}
