@@ -113,3 +113,19 @@ func TestModuleVersion(t *testing.T) {
 		t.Fatal(got)
 	}
 }
+
+// TestReportProfileWithoutCPUSamples: a CPU profile of an idle window holds
+// no sample; the report still says the profile was taken, and over how long.
+func TestReportProfileWithoutCPUSamples(t *testing.T) {
+	r := Result{Agent: Agent{Name: "shoal", Kind: KindShoal}, Version: "v", Replicas: 1, ActiveSeries: 10,
+		Profile: &Profiles{
+			CPU:  ProfileSummary{SampleType: "cpu", Unit: "nanoseconds", Duration: 3 * time.Second},
+			Heap: ProfileSummary{SampleType: "inuse_space", Unit: "bytes", Total: 1 << 20, Flat: []ProfileEntry{{"main.f", 1 << 20}}, Cum: []ProfileEntry{{"main.f", 1 << 20}}},
+		}}
+	rep := ReportProfile(r, Options{Load: loadgen.Config{Targets: 1, Series: 10}}, ThisMachine(), "go test", time.Now())
+	for _, want := range []string{"**Heap in use: 1 MiB**", "**CPU: 0.0 s over 3 s** (0.000 cores)"} {
+		if !strings.Contains(rep, want) {
+			t.Errorf("report lacks %q:\n%s", want, rep)
+		}
+	}
+}

@@ -583,7 +583,8 @@ func ReportProfile(r Result, opts Options, m Machine, command string, when time.
 		fmt.Fprintf(&b, "\n**Heap in use: %s** in the profile (live objects after a collection; the runtime's figures above add fragmentation and free spans).\n\n", mib(h.Total))
 		b.WriteString(profileTables(h, func(v int64) string { return fmt.Sprintf("%.1f MiB", float64(v)/(1<<20)) }))
 	}
-	if len(r.Profile.CPU.Flat) > 0 {
+	// A CPU profile with no samples (an idle window) still gets its line.
+	if r.Profile.CPU.Duration > 0 {
 		c := r.Profile.CPU
 		secs := c.Duration.Seconds()
 		fmt.Fprintf(&b, "\n**CPU: %.1f s over %.0f s** (%.3f cores).\n\n", float64(c.Total)/1e9, secs, float64(c.Total)/1e9/math.Max(secs, 1e-9))

@@ -117,8 +117,13 @@ func TestSmokeShoal(t *testing.T) {
 		t.Errorf("rounds report:\n%s", rep)
 	}
 
-	// Profiles from shoal's /debug/pprof over a short window.
-	p := b.Profile(t.Context(), agents[0], 3*time.Second)
+	// Profiles from shoal's /debug/pprof over a short window. What is
+	// asserted is what the harness does (both profiles fetched, parsed,
+	// kept and reported, the CPU profile over the requested window), not
+	// how much CPU a nearly idle process burned: its profile may hold no
+	// sample at all.
+	const window = 3 * time.Second
+	p := b.Profile(t.Context(), agents[0], window)
 	checkSane(t, p)
 	switch {
 	case p.Profile == nil:
@@ -130,16 +135,20 @@ func TestSmokeShoal(t *testing.T) {
 		if pr.Heap.Total <= 0 || len(pr.Heap.Flat) == 0 || len(pr.Heap.Cum) == 0 || pr.Heap.Unit != "bytes" {
 			t.Errorf("heap summary %+v", pr.Heap)
 		}
-		if pr.CPU.Duration < 2*time.Second || len(pr.CPU.Cum) == 0 {
-			t.Errorf("CPU summary %+v", pr.CPU)
+		// The profiler runs for the window, however loaded the machine.
+		if pr.CPU.SampleType != "cpu" || pr.CPU.Unit != "nanoseconds" || pr.CPU.Duration < window-100*time.Millisecond {
+			t.Errorf("CPU summary %+v; want sample type cpu in nanoseconds over at least %v", pr.CPU, window)
 		}
 		for _, f := range []string{pr.CPUPath, pr.HeapPath} {
 			if st, err := os.Stat(f); err != nil || st.Size() == 0 {
 				t.Errorf("raw profile %q: %v", f, err)
 			}
 		}
-		if rep := ReportProfile(p, opts, ThisMachine(), "go test", time.Now()); !strings.Contains(rep, "**Heap in use:") {
-			t.Errorf("profile report:\n%s", rep)
+		rep := ReportProfile(p, opts, ThisMachine(), "go test", time.Now())
+		for _, section := range []string{"**Where RSS goes**", "**Heap in use:", "**CPU: "} {
+			if !strings.Contains(rep, section) {
+				t.Errorf("profile report without %q:\n%s", section, rep)
+			}
 		}
 	}
 	if t.Failed() {
