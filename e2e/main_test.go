@@ -4,7 +4,9 @@
 // in the test process.
 //
 // The suite is skipped with -short. Set SHOAL_E2E_RACE=1 to build the binary
-// with the race detector.
+// with the race detector. SHOAL_E2E_BIN names a binary to use instead of
+// building one; TestMain sets it for the test binaries it runs again inside
+// their own network namespace (testutil.InOwnNetns).
 package e2e
 
 import (
@@ -21,9 +23,15 @@ import (
 // shoalBin is the path of the binary built by TestMain; empty with -short.
 var shoalBin string
 
+const binEnv = "SHOAL_E2E_BIN"
+
 func TestMain(m *testing.M) {
 	flag.Parse()
 	if testing.Short() {
+		os.Exit(m.Run())
+	}
+	if bin := os.Getenv(binEnv); bin != "" {
+		shoalBin = bin
 		os.Exit(m.Run())
 	}
 	dir, err := os.MkdirTemp("", "shoal-e2e-bin-")
@@ -38,6 +46,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	shoalBin = bin
+	os.Setenv(binEnv, bin)
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
