@@ -16,7 +16,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
+
+	"github.com/shoal-dev/shoal/internal/testutil"
 )
 
 // KubernetesVersion is the kube-apiserver the tests run, as built by
@@ -99,10 +100,7 @@ func executable(path string) error {
 
 // InCI reports whether the tests run in CI (CI=true, as .ci/run sets it),
 // where a missing binary is a failure rather than a reason to skip.
-func InCI() bool {
-	v := strings.ToLower(os.Getenv("CI"))
-	return v == "true" || v == "1"
-}
+func InCI() bool { return testutil.InCI() }
 
 // TB is the part of testing.TB that RequireBinaries uses.
 type TB interface {
