@@ -47,9 +47,14 @@ spec:
   - region: us-east-1
     filters: [{name: zeta, values: [z]}, {name: alpha, values: [a]}, {name: mid, values: [m]}]
 `)}, testResolver)
+	type sd struct {
+		Filters []struct{ Name string } `yaml:"filters"`
+	}
 	var doc struct {
-		ScrapeConfigs []map[string][]struct {
-			Filters []struct{ Name string } `yaml:"filters"`
+		ScrapeConfigs []struct {
+			Docker []sd `yaml:"docker_sd_configs"`
+			Swarm  []sd `yaml:"dockerswarm_sd_configs"`
+			EC2    []sd `yaml:"ec2_sd_configs"`
 		} `yaml:"scrape_configs"`
 	}
 	if err := yaml.Unmarshal(r.YAML(), &doc); err != nil {
@@ -57,8 +62,8 @@ spec:
 	}
 	seen := 0
 	for _, job := range doc.ScrapeConfigs {
-		for _, key := range []string{"docker_sd_configs", "dockerswarm_sd_configs", "ec2_sd_configs"} {
-			for _, sd := range job[key] {
+		for key, sds := range map[string][]sd{"docker": job.Docker, "dockerswarm": job.Swarm, "ec2": job.EC2} {
+			for _, sd := range sds {
 				var names []string
 				for _, f := range sd.Filters {
 					names = append(names, f.Name)
