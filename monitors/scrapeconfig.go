@@ -267,13 +267,7 @@ func (c *converter) ec2SD(cfg yaml.MapSlice, es []monitoringv1alpha1.EC2SDConfig
 		m = str(m, "role_arn", s.RoleARN)
 		m = port(m, s.Port)
 		m = refresh(m, s.RefreshInterval)
-		if len(s.Filters) > 0 {
-			fs := make([]yaml.MapSlice, len(s.Filters))
-			for j, fl := range s.Filters {
-				fs[j] = yaml.MapSlice{item("name", fl.Name), item("values", fl.Values)}
-			}
-			m = kv(m, "filters", fs)
-		}
+		m = filters(m, s.Filters)
 		out[i] = c.sdHTTP(m, f, sdHTTP{proxy: s.ProxyConfig, followRedirects: s.FollowRedirects, enableHTTP2: s.EnableHTTP2, tls: s.TLSConfig})
 	}
 	return kv(cfg, "ec2_sd_configs", out)

@@ -2,6 +2,7 @@ package monitors
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
@@ -24,10 +25,14 @@ func sdList[T any](cfg yaml.MapSlice, key string, in []T, conv func(int, T) yaml
 	return kv(cfg, key, out)
 }
 
+// filters renders discovery filters sorted by name, as the Prometheus
+// Operator does, so that one object gives the operator's configuration
+// whatever the order of its filters.
 func filters(m yaml.MapSlice, fs monitoringv1alpha1.Filters) yaml.MapSlice {
 	if len(fs) == 0 {
 		return m
 	}
+	fs = slices.SortedStableFunc(slices.Values(fs), func(a, b monitoringv1alpha1.Filter) int { return strings.Compare(a.Name, b.Name) })
 	out := make([]yaml.MapSlice, len(fs))
 	for j, fl := range fs {
 		out[j] = yaml.MapSlice{item("name", fl.Name), item("values", fl.Values)}
@@ -137,8 +142,13 @@ func (c *converter) moreSDs(cfg yaml.MapSlice, s *monitoringv1alpha1.ScrapeConfi
 	cfg = sdList(cfg, "ionos_sd_configs", s.IonosSDConfigs, func(i int, d monitoringv1alpha1.IonosSDConfig) yaml.MapSlice {
 		m := yaml.MapSlice{item("datacenter_id", d.DataCenterID)}
 		m = refresh(port(m, d.Port), d.RefreshInterval)
-		authz := d.Authorization
-		return c.sdHTTP(m, fmt.Sprintf("spec.ionosSDConfigs[%d]", i), sdHTTP{nil, &authz, d.OAuth2, d.ProxyConfig, d.FollowRedirects, d.EnableHTTP2, d.TLSConfig})
+		// authorization is a value in this API: an empty one is none, or it
+		// would clash with oauth2.
+		var authz *monitoringv1.SafeAuthorization
+		if d.Authorization != (monitoringv1.SafeAuthorization{}) {
+			authz = &d.Authorization
+		}
+		return c.sdHTTP(m, fmt.Sprintf("spec.ionosSDConfigs[%d]", i), sdHTTP{nil, authz, d.OAuth2, d.ProxyConfig, d.FollowRedirects, d.EnableHTTP2, d.TLSConfig})
 	})
 	return cfg
 }

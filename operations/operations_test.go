@@ -164,6 +164,17 @@ func TestAlertsFire(t *testing.T) {
 		{"remote write behind", func(s map[string]string) {
 			s[`prometheus_remote_storage_queue_highest_sent_timestamp_seconds{`+n2+`, remote_name="r", url="u"}`] = "0+60x10 600x50"
 		}, 50 * time.Minute, []string{"ShoalRemoteWriteBehind"}},
+		{"remote write paused by authentication", func(s map[string]string) {
+			s[`shoal_remotewrite_queue_paused{`+n2+`, remote_name="r", reason="auth"}`] = "0x10 1x50"
+		}, 30 * time.Minute, []string{"ShoalRemoteWritePaused"}},
+		{"remote write paused briefly", func(s map[string]string) {
+			// Credentials rotated within minutes: no page.
+			s[`shoal_remotewrite_queue_paused{`+n2+`, remote_name="r", reason="auth"}`] = "0x10 1x5 0x45"
+		}, 50 * time.Minute, nil},
+		{"remote write not paused", func(s map[string]string) {
+			s[`shoal_remotewrite_queue_paused{`+n2+`, remote_name="r", reason="auth"}`] = "0x60"
+			s[`shoal_remotewrite_queue_paused{`+n2+`, remote_name="r", reason="not_found"}`] = "0x60"
+		}, 50 * time.Minute, nil},
 		{"samples refused by the remote end", func(s map[string]string) {
 			s[`prometheus_remote_storage_samples_failed_total{`+n2+`, remote_name="r", url="u"}`] = "0+60x60"
 		}, 30 * time.Minute, []string{"ShoalSamplesDropped"}},

@@ -107,15 +107,19 @@
 //
 // # Retries and drops
 //
-// The policy is classifyFailure (send.go; table in README's Durability
-// section). 400, 409 and 422 say the data is bad: the request is dropped,
-// counted in samples_failed_total and
-// shoal_remotewrite_samples_dropped_total{reason}, and the queue moves on. 413
-// splits the request in halves (a single item still too large is dropped as
-// too_large). Everything else — 5xx, 429, 408, 401, 403, 404, any other
-// status, network and TLS errors — is retried forever with exponential
+// The policy is classifyFailure (policy.go; table in docs/remote-write.md),
+// chosen per entry by its shoal: block (ExtractOptions): failure_policy
+// durable (the default) or spec. 400, 409 and 422 say the data is bad: the
+// request is dropped, counted in samples_failed_total and
+// shoal_remotewrite_samples_dropped_total{reason}, and the queue moves on.
+// Under durable, 413 splits the request in halves once (a half still too
+// large is dropped as too_large); 401 and 403 pause the queue until a
+// credentials file changes or probe_interval passes, 404 until the probe
+// (shoal_remotewrite_queue_paused{reason}); 5xx, 429, 408, any other
+// status, network and TLS errors are retried forever with exponential
 // backoff from min_backoff to max_backoff; a Retry-After header (seconds or
-// HTTP date) replaces the backoff for that attempt. The WAL's retention
+// HTTP date) replaces the backoff for that attempt. Under spec every 4xx but
+// 429 drops the request, counted by reason. The WAL's retention
 // bounds how long that can go on. 429 is retried whatever retry_on_http_429
 // says. The first failure of a run is logged; the rest are counted in
 // shoal_remotewrite_retries_total{reason}. A refusal of a request that may

@@ -30,6 +30,9 @@ import (
 func TestMain(m *testing.M) {
 	// Tests call Notify; polling is only a fallback, keep it brisk anyway.
 	pollInterval = 50 * time.Millisecond
+	// A paused queue probes soon in tests that do not set probe_interval.
+	defaultProbeInterval = 100 * time.Millisecond
+	credentialsPollInterval = 10 * time.Millisecond
 	os.Exit(m.Run())
 }
 
@@ -246,12 +249,18 @@ type testManager struct {
 
 func startManager(t *testing.T, walDir, progDir string, cfg *config.Config) *testManager {
 	t.Helper()
+	return startManagerWith(t, walDir, progDir, cfg, nil)
+}
+
+// startManagerWith is startManager with shoal's options of the queues.
+func startManagerWith(t *testing.T, walDir, progDir string, cfg *config.Config, opts map[string]QueueOptions) *testManager {
+	t.Helper()
 	reg := prometheus.NewRegistry()
 	m, err := NewManager(walDir, progDir, testLogger(t), reg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := m.ApplyConfig(cfg); err != nil {
+	if err := m.ApplyConfigWithOptions(cfg, opts); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -104,10 +104,11 @@ type spec struct {
 	rw          *config.RemoteWriteConfig
 	external    labels.Labels
 	settings    settings
+	opts        QueueOptions // shoal's own settings (policy.go)
 }
 
 func (s *spec) equal(o *spec) bool {
-	return s.name == o.name && labels.Equal(s.external, o.external) && reflect.DeepEqual(s.rw, o.rw)
+	return s.name == o.name && labels.Equal(s.external, o.external) && reflect.DeepEqual(s.rw, o.rw) && s.opts == o.opts
 }
 
 // QueueName returns the identity of the queue for a remote_write entry: its
@@ -247,6 +248,14 @@ func protoMsg(m remoteapi.WriteMessageType) remoteapi.WriteMessageType {
 // or changed ones send what they have for up to ReloadFlushDeadline and stop;
 // new ones start (if Run has been called). On error nothing changes.
 func (m *Manager) ApplyConfig(cfg *config.Config) error {
+	return m.ApplyConfigWithOptions(cfg, nil)
+}
+
+// ApplyConfigWithOptions is ApplyConfig with shoal's own settings of each
+// remote_write entry, by queue name (QueueName); an entry without options
+// gets the defaults. A changed option restarts that queue, as a changed
+// entry does.
+func (m *Manager) ApplyConfigWithOptions(cfg *config.Config, opts map[string]QueueOptions) error {
 	if cfg == nil {
 		return errors.New("remotewrite: nil config")
 	}
@@ -267,6 +276,10 @@ func (m *Manager) ApplyConfig(cfg *config.Config) error {
 			return fmt.Errorf("remote_write[%d]: %w", i, err)
 		}
 		sp.settings.separateBy = m.separateBy
+		sp.opts = opts[sp.name]
+		if err := sp.opts.validate(); err != nil {
+			return fmt.Errorf("remote_write[%d] shoal options: %w", i, err)
+		}
 		if _, dup := specs[sp.name]; dup {
 			return fmt.Errorf("remote_write[%d]: queue name %q is used twice (give the entries distinct names)", i, sp.name)
 		}

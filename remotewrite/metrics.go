@@ -63,6 +63,7 @@ type metrics struct {
 	walReadErrors    *prometheus.CounterVec
 	progressWriteErr *prometheus.CounterVec
 	seriesCached     *prometheus.GaugeVec
+	paused           *prometheus.GaugeVec // {remote_name, reason}
 
 	sendDropped *prometheus.CounterVec // {remote_name, url, reason}
 	retries     *prometheus.CounterVec // {remote_name, url, reason}
@@ -146,9 +147,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			"Failed attempts to persist (or read) the progress file."),
 		seriesCached: shoalGauge("shoal_remotewrite_series_cached",
 			"Series whose labels the queue holds in memory (forgotten when a WAL checkpoint drops them)."),
+		paused: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "shoal_remotewrite_queue_paused",
+			Help: "1 while the queue holds its backlog in the WAL after the receiver refused it (failure_policy durable): reason auth (401, 403; resent when the credentials files change or at the next probe) or not_found (404; resent at the next probe).",
+		}, []string{labelRemoteName, labelReason}),
 		sendDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "shoal_remotewrite_samples_dropped_total",
-			Help: "Samples and histograms dropped because the receiver called them bad data (reason bad_request: 400, conflict: 409, unprocessable: 422, too_large: 413 for a single item) or because they could not be encoded. Also counted in prometheus_remote_storage_samples_failed_total / histograms_failed_total.",
+			Help: "Samples and histograms dropped because the receiver called them bad data (reason bad_request: 400, conflict: 409, unprocessable: 422, too_large: 413 after one split or for a single item; with failure_policy spec also unauthorized: 401, forbidden: 403, not_found: 404, request_timeout: 408, client_error: any other 4xx but 429) or because they could not be encoded. Also counted in prometheus_remote_storage_samples_failed_total / histograms_failed_total.",
 		}, []string{labelRemoteName, labelURL, labelReason}),
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "shoal_remotewrite_retries_total",
@@ -188,7 +193,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		m.shards, m.shardsMin, m.shardsMax, m.shardsDesired, m.shardCapacity, m.maxSamplesPerSend,
 		m.sentBatchDuration, m.bytesTotal,
 		m.progressSegment, m.progressOffset, m.segmentsSkipped, m.walReadErrors, m.progressWriteErr, m.seriesCached,
-		m.sendDropped, m.retries, m.resent,
+		m.paused, m.sendDropped, m.retries, m.resent,
 	); err != nil {
 		return nil, fmt.Errorf("remote-write metrics: %w", err)
 	}
@@ -223,7 +228,7 @@ func (m *metrics) deleteQueue(name string) {
 		m.shards, m.shardsMin, m.shardsMax, m.shardsDesired, m.shardCapacity, m.maxSamplesPerSend,
 		m.sentBatchDuration, m.bytesTotal,
 		m.progressSegment, m.progressOffset, m.segmentsSkipped, m.walReadErrors, m.progressWriteErr, m.seriesCached,
-		m.sendDropped, m.retries, m.resent,
+		m.paused, m.sendDropped, m.retries, m.resent,
 	} {
 		v.DeletePartialMatch(l)
 	}
@@ -249,12 +254,18 @@ type queueMetrics struct {
 	progressSegment, progressOffset        prometheus.Gauge
 	segmentsSkipped, walReadErrors, pwErrs prometheus.Counter
 	seriesCached                           prometheus.Gauge
+	paused                                 *prometheus.GaugeVec // {reason}
 	sendDropped, retries, resent           *prometheus.CounterVec
 }
 
 func (m *metrics) forQueue(name, url string) *queueMetrics {
 	l := []string{name, url}
+	paused := m.paused.MustCurryWith(prometheus.Labels{labelRemoteName: name})
+	for _, r := range pauseReasons {
+		paused.WithLabelValues(r).Set(0)
+	}
 	return &queueMetrics{
+		paused:            paused,
 		parent:            m,
 		samplesTotal:      m.samplesTotal.WithLabelValues(l...),
 		samplesFailed:     m.samplesFailed.WithLabelValues(l...),

@@ -128,39 +128,43 @@ func TestFailurePolicyByStatus(t *testing.T) {
 	}
 }
 
-// TestTooLargeIsSplit: a 413 is not the data's fault while the request holds
-// more than one item: it is halved until the receiver takes it. A single
-// item the receiver still finds too large is dropped as too_large.
-func TestTooLargeIsSplit(t *testing.T) {
+// TestTooLargeIsSplitOnce: a 413 splits the request in halves once; a half
+// the receiver still refuses as too large is dropped as too_large, not
+// split again (Prometheus drops at once; splitting down to single items
+// took dozens of requests).
+func TestTooLargeIsSplitOnce(t *testing.T) {
 	walDir, progDir := dirs(t)
 	tw := newTestWAL(t, walDir)
 	rcv := newReceiver(t)
+	var requests atomic.Int64
 	rcv.respond = func(_ int, req *prompb.WriteRequest, _ http.ResponseWriter) int {
-		n := 0
+		requests.Add(1)
 		for _, ts := range req.Timeseries {
-			n += len(ts.Samples)
 			for _, l := range ts.Labels {
-				if l.Name == "i" && l.Value == "9" {
-					return http.StatusRequestEntityTooLarge // never fits
+				if l.Name == "i" && l.Value == "8" {
+					return http.StatusRequestEntityTooLarge // the half with series 8 never fits
 				}
 			}
 		}
-		if n > 3 {
+		if len(req.Timeseries) > 4 {
 			return http.StatusRequestEntityTooLarge
 		}
 		return 0
 	}
-	refs := tw.fleet(1, 9) // series 1..9; series 9 is always too large
-	tss := writeRounds(tw, refs, 1000, 2)
+	refs := tw.fleet(1, 8) // one request of 8 series: halves 1-4 and 5-8
+	tss := writeRounds(tw, refs, 1000, 1)
 	tm := startManager(t, walDir, progDir, loadConfig(t, oneQueue, rcv.srv.URL))
-	waitFor(t, "the oversized sample dropped", func() bool {
-		return tm.metric(t, "shoal_remotewrite_samples_dropped_total", "remote_name", "q", "reason", dropTooLarge) == 2
+	waitFor(t, "the half that does not fit dropped", func() bool {
+		return tm.metric(t, "shoal_remotewrite_samples_dropped_total", "remote_name", "q", "reason", dropTooLarge) == 4
 	})
-	waitFor(t, "delivery", func() bool { d, _ := rcv.count(); return d >= 16 })
+	waitFor(t, "the other half delivered", func() bool { d, _ := rcv.count(); return d >= 4 })
 	tm.shutdown(t, 5*time.Second)
-	checkAll(t, rcv, refs[:8], tss)
-	if v := tm.metric(t, "prometheus_remote_storage_samples_failed_total", "remote_name", "q"); v != 2 {
-		t.Fatalf("samples_failed_total = %v, want 2 (series 9's samples only)", v)
+	checkAll(t, rcv, refs[:4], tss)
+	if n := requests.Load(); n != 3 {
+		t.Fatalf("%d requests, want 3 (the whole, then each half once)", n)
+	}
+	if v := tm.metric(t, "shoal_remotewrite_retries_total", "remote_name", "q"); v > 0 {
+		t.Fatalf("retries_total = %v, want none", v)
 	}
 }
 

@@ -131,6 +131,8 @@ type queue struct {
 	logger       *slog.Logger
 	spec         *spec
 	s            settings
+	opts         QueueOptions // resolved: no zero values
+	pauses       pauseState
 	client       remote.WriteClient
 	m            *queueMetrics
 	progressPath string
@@ -193,6 +195,7 @@ func newQueue(sp *spec, walDir, progressDir string, client remote.WriteClient, m
 		logger:       logger.With("remote_name", sp.name, "url", sp.redactedURL),
 		spec:         sp,
 		s:            sp.settings,
+		opts:         sp.opts.resolved(),
 		client:       client,
 		m:            m.forQueue(sp.name, sp.redactedURL),
 		progressPath: filepath.Join(progressDir, sp.name+".json"),

@@ -212,48 +212,29 @@ const (
 	dropBadRequest    = "bad_request"   // 400
 	dropConflict      = "conflict"      // 409
 	dropUnprocessable = "unprocessable" // 422
-	dropTooLarge      = "too_large"     // 413 for a request of one series' item
+	dropTooLarge      = "too_large"     // 413 for a half of a request, or for one item
 	dropEncode        = "encode_error"
 )
 
-// failureAction is what the failure policy does with one answer.
-type failureAction uint8
-
-const (
-	actRetry failureAction = iota
-	actDrop
-	actSplit
-)
-
-// classifyFailure is the failure policy (README, "Durability"). Only what the
-// receiver calls bad data is dropped; an auth, routing, rate or server
-// problem is not the data's fault and is retried until the WAL's retention
-// says otherwise. status is 0 when no HTTP answer came (network, TLS,
-// timeout).
-func classifyFailure(status int) (failureAction, string) {
-	switch status {
-	case http.StatusBadRequest:
-		return actDrop, dropBadRequest
-	case http.StatusConflict:
-		return actDrop, dropConflict
-	case http.StatusUnprocessableEntity:
-		return actDrop, dropUnprocessable
-	case http.StatusRequestEntityTooLarge:
-		return actSplit, dropTooLarge
-	case 0:
-		return actRetry, retryNoAnswerNetwork
-	}
-	// 5xx, 429, 408, 401, 403, 404 and any other answer: retry.
-	return actRetry, strconv.Itoa(status)
+// refusesAsPresent says whether a refusal for reason is how a receiver
+// answers data it already has (out of order, duplicate): for a request that
+// may have been applied before, it means delivered.
+func refusesAsPresent(reason string) bool {
+	return reason == dropBadRequest || reason == dropConflict || reason == dropUnprocessable
 }
 
-// send sends one request of items (and metadata) and settles it: retried
-// until acknowledged, dropped if the receiver calls it bad data, split in two
-// if it is too large. ok is false only when ctx ended first. resend marks a
-// request that may already have been applied (in flight at the last crash):
-// a refusal then means the receiver has it, and is counted as such rather
-// than as failed.
+// send sends one request of items (and metadata) and settles it as the
+// failure policy says (policy.go): retried until acknowledged, paused,
+// dropped if the receiver calls it bad data, split in two once if it is too
+// large (half marks a half: it is not split again). ok is false only when
+// ctx ended first. resend marks a request that may already have been
+// applied (in flight at the last crash): a refusal then means the receiver
+// has it, and is counted as such rather than as failed.
 func (q *queue) send(ctx context.Context, b *shardBuffers, items []item, md []prompb.MetricMetadata, end position, resend bool) (ok, retried bool) {
+	return q.sendPart(ctx, b, items, md, end, resend, false)
+}
+
+func (q *queue) sendPart(ctx context.Context, b *shardBuffers, items []item, md []prompb.MetricMetadata, end position, resend, half bool) (ok, retried bool) {
 	var (
 		cnt counts
 		raw []byte
@@ -315,29 +296,29 @@ func (q *queue) send(ctx context.Context, b *shardBuffers, items []item, md []pr
 			return false, retried
 		}
 		first, _, _ := strings.Cut(err.Error(), "\n")
-		act, reason := classifyFailure(info.status)
+		act, reason := classifyFailure(info.status, q.opts.FailurePolicy)
 		if info.status == 0 && info.noAnswer != "" {
 			reason = info.noAnswer
 		}
 		switch {
-		case act == actSplit && len(items) > 1:
+		case act == actSplit && len(items) > 1 && !half:
 			// Not applied (too large): send the halves, each on its own, in
 			// order. The original is settled only after both: until then a
 			// crash must leave its unsent items in flight, not acknowledged.
 			q.logger.Warn("Remote write refused a request as too large; splitting it", "status", info.status, "items", len(items))
 			h := len(items) / 2
-			ok, r := q.send(ctx, b, items[:h], md, end, resend)
+			ok, r := q.sendPart(ctx, b, items[:h], md, end, resend, true)
 			if !ok {
 				return false, true
 			}
-			ok, r2 := q.send(ctx, b, items[h:], nil, end, resend)
+			ok, r2 := q.sendPart(ctx, b, items[h:], nil, end, resend, true)
 			if ok {
 				settle()
 			}
 			return ok, retried || r || r2
 		case act == actDrop || act == actSplit:
 			settle()
-			if maybeApplied && info.status != http.StatusRequestEntityTooLarge {
+			if maybeApplied && refusesAsPresent(reason) {
 				// The receiver refuses what it already has (out of order or
 				// duplicate): nothing new was in this request.
 				q.m.resent.WithLabelValues(resendRefused).Add(float64(cnt.samples + cnt.histograms))
@@ -362,6 +343,13 @@ func (q *queue) send(ctx context.Context, b *shardBuffers, items []item, md []pr
 		q.m.histogramsRetried.Add(float64(cnt.histograms))
 		q.m.exemplarsRetried.Add(float64(cnt.exemplars))
 		q.m.metadataRetried.Add(float64(cnt.metadata))
+		if act == actPause {
+			q.m.retries.WithLabelValues(strconv.Itoa(info.status)).Inc()
+			if !q.pause(ctx, reason, info.status, first) {
+				return false, retried
+			}
+			continue
+		}
 		q.m.retries.WithLabelValues(reason).Inc()
 
 		sleep := backoff

@@ -2,22 +2,30 @@ package remotewrite
 
 import (
 	"bytes"
+	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/golang/snappy"
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/histogram"
 	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/model/metadata"
 	writev2 "github.com/prometheus/prometheus/prompb/io/prometheus/write/v2"
+	"github.com/prometheus/prometheus/storage"
 	"github.com/prometheus/prometheus/tsdb/chunks"
 	"github.com/prometheus/prometheus/tsdb/record"
 
 	tsdbreceiver "github.com/shoal-dev/shoal/internal/receiver"
+	"github.com/shoal-dev/shoal/wal"
 )
 
 const v2Queue = `
@@ -138,4 +146,104 @@ func validHistogram(i int) *histogram.Histogram {
 	h := testHistogram(i)
 	h.Count = uint64(4*i + 7) // zero count 2 + buckets i+1, i+2, i+1, i+1
 	return h
+}
+
+// metadataChecker is a Remote-Write 2.0 receiver that records every series
+// sent with samples or histograms but without its type and help.
+type metadataChecker struct {
+	mtx     sync.Mutex
+	missing []string
+	seen    map[string]bool
+}
+
+func (c *metadataChecker) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	body, _ := io.ReadAll(req.Body)
+	raw, err := snappy.Decode(nil, body)
+	var wr writev2.Request
+	if err == nil {
+		err = wr.Unmarshal(raw)
+	}
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	c.mtx.Lock()
+	defer c.mtx.Unlock()
+	for _, ts := range wr.Timeseries {
+		ls, _ := ts.ToLabels(&labels.ScratchBuilder{}, wr.Symbols)
+		md, _ := ts.ToMetadata(wr.Symbols)
+		if len(ts.Samples)+len(ts.Histograms) == 0 {
+			continue
+		}
+		name := ls.Get(labels.MetricName)
+		c.seen[name] = true
+		if md.Type == model.MetricTypeUnknown || md.Help == "" {
+			c.missing = append(c.missing, fmt.Sprintf("%s (type %q, help %q)", name, md.Type, md.Help))
+		}
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// Every Remote-Write 2.0 request that carries samples or histograms of a
+// series carries its type and help, the first one included: the WAL's
+// appender writes a commit's metadata before its data, so the queue knows it
+// before the first sample, even when a round ends right after the samples
+// (one series per request here).
+func TestRemoteWrite2FirstRequestOfASeriesCarriesItsMetadata(t *testing.T) {
+	progDir := t.TempDir()
+	opts := wal.DefaultOptions()
+	s, err := wal.Open(t.TempDir(), opts, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	chk := &metadataChecker{seen: map[string]bool{}}
+	srv := httptest.NewServer(chk)
+	t.Cleanup(srv.Close)
+
+	now := time.Now().Add(-time.Minute).UnixMilli()
+	counter := metadata.Metadata{Type: model.MetricTypeCounter, Help: "Requests served.", Unit: "requests"}
+	hist := metadata.Metadata{Type: model.MetricTypeHistogram, Help: "Request latency.", Unit: "seconds"}
+	commit := func(k int, names ...string) {
+		t.Helper()
+		a := s.AppenderV2(context.Background())
+		for _, n := range names {
+			ls := labels.FromStrings("__name__", n, "k", "v")
+			var err error
+			if strings.HasSuffix(n, "_seconds") {
+				_, err = a.Append(0, ls, 0, now+int64(k)*1000, 0, validHistogram(k), nil, storage.AOptions{Metadata: hist})
+			} else {
+				_, err = a.Append(0, ls, 0, now+int64(k)*1000, float64(k), nil, nil, storage.AOptions{Metadata: counter})
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := a.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	commit(0, "a_total", "b_total", "latency_seconds")
+	tm := startManager(t, s.Dir(), progDir, loadConfig(t, `
+remote_write:
+  - url: URL0
+    name: q
+    protobuf_message: io.prometheus.write.v2.Request
+    send_native_histograms: true
+    queue_config: {batch_send_deadline: 20ms, max_samples_per_send: 1, capacity: 1, max_shards: 1, min_backoff: 5ms, max_backoff: 40ms}
+`, srv.URL))
+	// New series while the queue runs: their first commit has their metadata.
+	commit(1, "a_total", "c_total", "other_seconds")
+	tm.Notify()
+	waitFor(t, "every series received", func() bool {
+		chk.mtx.Lock()
+		defer chk.mtx.Unlock()
+		return len(chk.seen) == 5
+	})
+	tm.shutdown(t, 5*time.Second)
+	chk.mtx.Lock()
+	defer chk.mtx.Unlock()
+	if len(chk.missing) > 0 {
+		t.Fatalf("requests carried samples without the series' metadata: %v", chk.missing)
+	}
 }

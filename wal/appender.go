@@ -314,8 +314,8 @@ func (a *appender) getOrCreate(ref chunks.HeadSeriesRef, ls labels.Labels) (*mem
 }
 
 // Commit writes the batch to the WAL: series records for series not yet in
-// the WAL first, then samples, histograms, float histograms, exemplars and
-// metadata, in one wlog.Log call. The records have reached the operating
+// the WAL first, then metadata, samples, histograms, float histograms and
+// exemplars, in one wlog.Log call. The records have reached the operating
 // system when Commit returns.
 func (a *appender) Commit() error {
 	defer a.release()
@@ -325,8 +325,15 @@ func (a *appender) Commit() error {
 	s := a.s
 	enc := record.Encoder{EnableSTStorage: s.opts.StoreStartTimestamps}
 
-	// Encode outside the lock; slot 0 is for the series record.
+	// Encode outside the lock; slot 0 is for the series record. Metadata
+	// comes next, before the data: a reader (a remote-write queue) then knows
+	// a series' type, help and unit before its first sample, and can send
+	// them with it.
 	recs := append(a.recs[:0], nil)
+	if len(a.metas) > 0 {
+		a.bufs[7] = enc.Metadata(a.metas, a.bufs[7][:0])
+		recs = append(recs, a.bufs[7])
+	}
 	maxT := int64(math.MinInt64)
 	if len(a.samples) > 0 {
 		a.bufs[1] = enc.Samples(a.samples, a.bufs[1][:0])
@@ -366,10 +373,6 @@ func (a *appender) Commit() error {
 	if len(a.exemplars) > 0 {
 		a.bufs[6] = enc.Exemplars(a.exemplars, a.bufs[6][:0])
 		recs = append(recs, a.bufs[6])
-	}
-	if len(a.metas) > 0 {
-		a.bufs[7] = enc.Metadata(a.metas, a.bufs[7][:0])
-		recs = append(recs, a.bufs[7])
 	}
 	a.recs = recs
 

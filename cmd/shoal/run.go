@@ -111,7 +111,7 @@ func run(ctx context.Context, f *flags) error {
 	reg.MustRegister(a.reloadSuccess, a.reloadSuccessTime, a.reloadFailures)
 
 	// A config that does not load is fatal at start: there is nothing to run.
-	cfg, err := loadConfig(f.configFile, logger)
+	cfg, rwOpts, err := loadConfigWithOptions(f.configFile, logger)
 	if err != nil {
 		return badConfig(err)
 	}
@@ -295,7 +295,7 @@ func run(ctx context.Context, f *flags) error {
 		a.placement.SetFilter(a.filter)
 	}
 
-	if err := a.applyConfig(cfg); err != nil {
+	if err := a.applyConfig(cfg, rwOpts); err != nil {
 		discoveryCancel()
 		return badConfig(fmt.Errorf("applying --config.file=%q: %w", f.configFile, err))
 	}
@@ -591,16 +591,51 @@ func (a *agent) becomeTerminating() {
 }
 
 func loadConfig(filename string, logger *slog.Logger) (*config.Config, error) {
-	cfg, err := config.LoadFile(filename, true, logger)
+	cfg, _, err := loadConfigWithOptions(filename, logger)
+	return cfg, err
+}
+
+// loadConfigWithOptions loads the configuration and the shoal blocks of its
+// remote_write entries (remotewrite.ExtractOptions), by queue name.
+func loadConfigWithOptions(filename string, logger *slog.Logger) (*config.Config, map[string]remotewrite.QueueOptions, error) {
+	cfg, opts, err := loadPrometheusConfig(filename, logger)
 	if err != nil {
-		return nil, fmt.Errorf("loading --config.file=%q: %w", filename, redactYAMLValues(err))
+		return nil, nil, fmt.Errorf("loading --config.file=%q: %w", filename, redactYAMLValues(err))
 	}
 	applyScrapeDefaults(cfg)
 	// scrape_config_files are read here, so that a broken one is caught now.
 	if _, err := cfg.GetScrapeConfigs(); err != nil {
-		return nil, fmt.Errorf("loading scrape configs of --config.file=%q: %w", filename, redactYAMLValues(err))
+		return nil, nil, fmt.Errorf("loading scrape configs of --config.file=%q: %w", filename, redactYAMLValues(err))
 	}
-	return cfg, nil
+	return cfg, remotewrite.OptionsByName(cfg, opts), nil
+}
+
+// loadPrometheusConfig is config.LoadFile in agent mode, with the shoal
+// blocks taken out of the content first (Prometheus refuses unknown fields).
+func loadPrometheusConfig(filename string, logger *slog.Logger) (*config.Config, []remotewrite.QueueOptions, error) {
+	content, err := os.ReadFile(filename)
+	if err != nil {
+		return nil, nil, err
+	}
+	rest, opts, err := remotewrite.ExtractOptions(content)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg, err := config.Load(string(rest), logger)
+	if err != nil {
+		return nil, nil, fmt.Errorf("parsing YAML file %s: %w", filename, err)
+	}
+	// What config.LoadFile refuses in agent mode.
+	switch {
+	case len(cfg.AlertingConfig.AlertmanagerConfigs) > 0 || len(cfg.AlertingConfig.AlertRelabelConfigs) > 0:
+		return nil, nil, errors.New("field alerting is not allowed in agent mode")
+	case len(cfg.RuleFiles) > 0:
+		return nil, nil, errors.New("field rule_files is not allowed in agent mode")
+	case len(cfg.RemoteReadConfigs) > 0:
+		return nil, nil, errors.New("field remote_read is not allowed in agent mode")
+	}
+	cfg.SetDirectory(filepath.Dir(filename))
+	return cfg, opts, nil
 }
 
 // yamlQuotedValue is how YAML type errors quote the value they could not
@@ -620,7 +655,7 @@ func redactYAMLValues(err error) error {
 	return errors.New(red)
 }
 
-func (a *agent) applyConfig(cfg *config.Config) error {
+func (a *agent) applyConfig(cfg *config.Config, rwOpts map[string]remotewrite.QueueOptions) error {
 	scfgs, err := cfg.GetScrapeConfigs()
 	if err != nil {
 		return err
@@ -628,7 +663,7 @@ func (a *agent) applyConfig(cfg *config.Config) error {
 	// Remote write goes first: it builds its clients (CA files, credentials)
 	// and changes nothing when it fails, so a file it refuses leaves the
 	// whole running configuration in place. The rest is validated at load.
-	if err := a.remote.ApplyConfig(cfg); err != nil {
+	if err := a.remote.ApplyConfigWithOptions(cfg, rwOpts); err != nil {
 		return fmt.Errorf("remote write: %w", err)
 	}
 	var errs []error
@@ -670,13 +705,13 @@ func (a *agent) reloadFor(why string) error {
 		return errors.New("still starting: the configuration file is read once the WAL is replayed")
 	}
 	a.logger.Info("Loading configuration file", "filename", a.f.configFile, "reason", cmp.Or(why, "reload requested"))
-	cfg, err := loadConfig(a.f.configFile, a.logger)
+	cfg, rwOpts, err := loadConfigWithOptions(a.f.configFile, a.logger)
 	if err == nil {
 		err = monitors.Merge(cfg, a.monitorJobs.Load(), a.absKubeconfig())
 	}
 	if err == nil {
 		applyScrapeDefaults(cfg)
-		err = a.applyConfig(cfg)
+		err = a.applyConfig(cfg, rwOpts)
 	}
 	if err != nil {
 		a.reloadSuccess.Set(0)

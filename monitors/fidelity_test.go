@@ -1,0 +1,82 @@
+package monitors_test
+
+import (
+	"strings"
+	"testing"
+
+	monitoringv1alpha1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1alpha1"
+	"go.yaml.in/yaml/v2"
+
+	"github.com/shoal-dev/shoal/monitors"
+)
+
+// Ionos discovery authenticates with either authorization or oauth2; the
+// API's authorization is a value, and an empty one must not count as set.
+func TestIonosWithOAuth2Converts(t *testing.T) {
+	r := mustConvert(t, monitors.Objects{ScrapeConfigs: decode[monitoringv1alpha1.ScrapeConfig](t, `
+metadata: {name: ionos, namespace: apps}
+spec:
+  ionosSDConfigs:
+  - datacenterID: 11111111-1111-1111-1111-111111111111
+    oauth2:
+      clientId: {secret: {name: auth, key: user}}
+      clientSecret: {name: auth, key: client-secret}
+      tokenUrl: http://127.0.0.1/token
+`)}, testResolver)
+	out := string(r.YAML())
+	if !strings.Contains(out, "oauth2:") || strings.Contains(out, "authorization:") {
+		t.Fatalf("want oauth2 and no authorization in\n%s", out)
+	}
+	loadJobs(t, r.YAML())
+}
+
+// Docker, Docker Swarm and EC2 filters come out sorted by name, as the
+// Prometheus Operator writes them, whatever their order in the object.
+func TestDiscoveryFiltersSortedByName(t *testing.T) {
+	r := mustConvert(t, monitors.Objects{ScrapeConfigs: decode[monitoringv1alpha1.ScrapeConfig](t, `
+metadata: {name: sd, namespace: apps}
+spec:
+  dockerSDConfigs:
+  - host: unix:///var/run/docker.sock
+    filters: [{name: zeta, values: [z]}, {name: alpha, values: [a]}, {name: mid, values: [m]}]
+  dockerSwarmSDConfigs:
+  - host: unix:///var/run/docker.sock
+    role: Tasks
+    filters: [{name: zeta, values: [z]}, {name: alpha, values: [a]}, {name: mid, values: [m]}]
+  ec2SDConfigs:
+  - region: us-east-1
+    filters: [{name: zeta, values: [z]}, {name: alpha, values: [a]}, {name: mid, values: [m]}]
+`)}, testResolver)
+	type sd struct {
+		Filters []struct{ Name string } `yaml:"filters"`
+	}
+	var doc struct {
+		ScrapeConfigs []struct {
+			Docker []sd `yaml:"docker_sd_configs"`
+			Swarm  []sd `yaml:"dockerswarm_sd_configs"`
+			EC2    []sd `yaml:"ec2_sd_configs"`
+		} `yaml:"scrape_configs"`
+	}
+	if err := yaml.Unmarshal(r.YAML(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	seen := 0
+	for _, job := range doc.ScrapeConfigs {
+		for key, sds := range map[string][]sd{"docker": job.Docker, "dockerswarm": job.Swarm, "ec2": job.EC2} {
+			for _, sd := range sds {
+				var names []string
+				for _, f := range sd.Filters {
+					names = append(names, f.Name)
+				}
+				if strings.Join(names, ",") != "alpha,mid,zeta" {
+					t.Errorf("%s filters %v, want alpha,mid,zeta", key, names)
+				}
+				seen++
+			}
+		}
+	}
+	if seen != 3 {
+		t.Fatalf("found %d discovery configs with filters, want 3\n%s", seen, r.YAML())
+	}
+	loadJobs(t, r.YAML())
+}
