@@ -2,6 +2,7 @@ package web
 
 import (
 	"encoding/json"
+	"html"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -46,7 +47,7 @@ func TestStatusShowsGossipEncryption(t *testing.T) {
 		}
 		return string(b)
 	}
-	if p := get("/"); !strings.Contains(p, `gossip encryption: <b id="gossip-encryption">tls+key</b>`) {
+	if p := html.UnescapeString(get("/")); !strings.Contains(p, `gossip encryption: <b id="gossip-encryption">tls+key</b>`) {
 		t.Errorf("status page does not show the gossip encryption")
 	}
 	var r struct {
