@@ -103,7 +103,8 @@ helm: $(HELM)
 lint-chart: $(HELM)
 	$(HELM) lint --strict charts/shoal
 	$(HELM) lint --strict charts/shoal --set controller.type=daemonset
-	$(HELM) lint --strict charts/shoal --set controller.type=deployment,autoscaling.enabled=true,rbac.namespaced=true,serviceMonitor.enabled=true,prometheusRule.enabled=true,cluster.gossipKey.existingSecret=key,remoteWrite[0].url=https://x.example/write
+	$(HELM) lint --strict charts/shoal --set controller.type=deployment,autoscaling.enabled=true,rbac.namespaced=true,serviceMonitor.enabled=true,prometheusRule.enabled=true,cluster.gossipKey.existingSecret=key,cluster.tls.enabled=true,cluster.tls.certManager.enabled=true,cluster.tls.certManager.issuerRef.name=gossip-ca,remoteWrite[0].url=https://x.example/write
+	$(HELM) lint --strict charts/shoal --set cluster.tls.enabled=true,cluster.tls.existingSecret=gossip-tls,cluster.tls.minVersion=TLS12
 
 # kube-apiserver for test-k8s, built once from the Go module proxy into a
 # cache keyed by its version (scripts/build-kube-apiserver.sh replaces the

@@ -76,6 +76,31 @@ type serviceMonitor struct {
 	} `json:"spec"`
 }
 
+// certificate holds the fields of a cert-manager Certificate the chart
+// sets; decoding is strict.
+type certificate struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata"`
+	Spec              struct {
+		SecretName  string   `json:"secretName"`
+		CommonName  string   `json:"commonName"`
+		DNSNames    []string `json:"dnsNames"`
+		Duration    string   `json:"duration"`
+		RenewBefore string   `json:"renewBefore"`
+		PrivateKey  struct {
+			Algorithm      string `json:"algorithm"`
+			Size           int    `json:"size"`
+			RotationPolicy string `json:"rotationPolicy"`
+		} `json:"privateKey"`
+		Usages    []string `json:"usages"`
+		IssuerRef struct {
+			Kind  string `json:"kind"`
+			Name  string `json:"name"`
+			Group string `json:"group"`
+		} `json:"issuerRef"`
+	} `json:"spec"`
+}
+
 type prometheusRule struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata"`
@@ -102,6 +127,7 @@ type rendered struct {
 	hpas            []*autoscalingv2.HorizontalPodAutoscaler
 	serviceMonitors []*serviceMonitor
 	rules           []*prometheusRule
+	certificates    []*certificate
 }
 
 func loadChart(t *testing.T) *chart.Chart {
@@ -278,6 +304,10 @@ func (r *rendered) decode(file, doc string) {
 		o := &prometheusRule{}
 		strict(o)
 		r.rules = append(r.rules, o)
+	case "cert-manager.io/v1/Certificate":
+		o := &certificate{}
+		strict(o)
+		r.certificates = append(r.certificates, o)
 	default:
 		t.Fatalf("%s: unexpected object %s", file, gvk)
 	}
@@ -819,6 +849,60 @@ func TestExistingGossipSecret(t *testing.T) {
 	r = render(t, "cluster: {gossipKey: {create: false}}\n", renderOpts{})
 	if len(r.secrets) != 0 || len(r.flag("cluster.secret-key-file")) != 0 {
 		t.Error("gossip encryption configured although disabled")
+	}
+}
+
+// Gossip over TLS with a cert-manager Certificate or an existing Secret: the
+// flags name the files of a whole-Secret mount (so renewals reach the pod),
+// and the Certificate carries the name the peers check.
+func TestGossipTLS(t *testing.T) {
+	r := render(t, "cluster: {tls: {enabled: true, certManager: {enabled: true, issuerRef: {name: gossip-ca}}}}\n", renderOpts{})
+	r.checkCommon()
+	if len(r.certificates) != 1 {
+		t.Fatalf("%d Certificates, want 1", len(r.certificates))
+	}
+	c := r.certificates[0].Spec
+	name := headless + "." + namespace + ".svc"
+	if c.SecretName != fullname+"-gossip-tls" || !slices.Equal(c.DNSNames, []string{name}) || c.IssuerRef.Name != "gossip-ca" ||
+		!slices.Contains(c.Usages, "client auth") || !slices.Contains(c.Usages, "server auth") {
+		t.Errorf("Certificate spec %+v", c)
+	}
+	if v := r.volume("gossip-tls"); v.Secret == nil || v.Secret.SecretName != c.SecretName {
+		t.Errorf("gossip TLS volume %+v, want Secret %s", v, c.SecretName)
+	}
+	for flag, file := range map[string]string{"cluster.tls-cert-file": "tls.crt", "cluster.tls-key-file": "tls.key", "cluster.tls-ca-file": "ca.crt"} {
+		got := r.oneFlag(flag)
+		m, ok := r.mountOf(got)
+		if path.Base(got) != file || !ok || m.Name != "gossip-tls" || m.SubPath != "" {
+			t.Errorf("--%s=%s (mount %+v), want %s in the whole gossip-tls volume", flag, got, m, file)
+		}
+	}
+	if got := r.oneFlag("cluster.tls-server-name"); got != name {
+		t.Errorf("--cluster.tls-server-name=%s, want %s", got, name)
+	}
+	if got := r.oneFlag("cluster.tls-min-version"); got != "TLS13" {
+		t.Errorf("--cluster.tls-min-version=%s", got)
+	}
+
+	r = render(t, "cluster: {tls: {enabled: true, existingSecret: my-tls}}\n", renderOpts{})
+	r.checkCommon()
+	if len(r.certificates) != 0 || len(r.flag("cluster.tls-server-name")) != 0 {
+		t.Error("existing Secret: a Certificate or a server name was set")
+	}
+	if v := r.volume("gossip-tls"); v.Secret == nil || v.Secret.SecretName != "my-tls" {
+		t.Errorf("gossip TLS volume %+v, want Secret my-tls", v)
+	}
+	if len(render(t, "", renderOpts{}).flag("cluster.tls-cert-file")) != 0 {
+		t.Error("gossip TLS on by default")
+	}
+	for _, bad := range []string{
+		"cluster: {tls: {enabled: true}}\n",
+		"cluster: {tls: {enabled: true, certManager: {enabled: true}}}\n",
+		"cluster: {tls: {enabled: true, existingSecret: x, minVersion: TLS10}}\n",
+	} {
+		if _, err := renderRaw(t, bad, renderOpts{}); err == nil {
+			t.Errorf("%s rendered", strings.TrimSpace(bad))
+		}
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"crypto/cipher"
 	"crypto/rand"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -145,16 +146,57 @@ func eventValue(t *testing.T, n testNode, event string) float64 {
 	return v
 }
 
-// pingAnswered sends a well-formed ping and waits for the ack: the control
-// that the hand-made envelope is right and that the node still answers.
-func pingAnswered(t *testing.T, w wire, target string) error {
+// gossipClient sends hand-made gossip to a node the way a peer would: as
+// UDP datagrams and TCP streams, or as packets and streams over TLS.
+type gossipClient interface {
+	// packets sends data as one packet, n times.
+	packets(t *testing.T, data []byte, n int)
+	// stream opens a stream and writes data to it.
+	stream(t *testing.T, data []byte) net.Conn
+	// pingAnswered sends a well-formed ping and waits for the ack: the
+	// control that the hand-made envelope is right and that the node still
+	// answers.
+	pingAnswered(t *testing.T) error
+}
+
+// plainClient speaks memberlist's own UDP and TCP.
+type plainClient struct {
+	target string
+	w      wire
+}
+
+func (p plainClient) packets(t *testing.T, data []byte, n int) {
+	c, err := net.Dial("udp", p.target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for range n {
+		if _, err := c.Write(data); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func (p plainClient) stream(t *testing.T, data []byte) net.Conn {
+	c, err := net.Dial("tcp", p.target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func (p plainClient) pingAnswered(t *testing.T) error {
 	t.Helper()
-	c, err := net.Dial("udp", target)
+	c, err := net.Dial("udp", p.target)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	if _, err := c.Write(w.packet(pingMsg(4242, "node-01"))); err != nil {
+	if _, err := c.Write(p.w.packet(pingMsg(4242, "node-01"))); err != nil {
 		return err
 	}
 	c.SetReadDeadline(time.Now().Add(2 * time.Second))
@@ -165,31 +207,25 @@ func pingAnswered(t *testing.T, w wire, target string) error {
 	return nil
 }
 
-// TestGossipBadInput throws hostile and broken packets and streams at a real
-// node of a labelled, encrypted two-node cluster from a raw UDP and TCP
-// client. Each must be refused and counted under its reason, and the node
-// must keep its view and keep answering.
-func TestGossipBadInput(t *testing.T) {
-	tn := newTestNet(t)
-	key := bytes.Repeat([]byte{7}, 32)
-	wrongKey := bytes.Repeat([]byte{8}, 32)
-	cfgA := testConfig(tn, 1)
-	cfgA.ClusterName, cfgA.SecretKey = "prod", key
-	a := startNode(t, cfgA)
-	a.SetState(Participant)
-	cfgB := testConfig(tn, 2)
-	cfgB.ClusterName, cfgB.SecretKey = "prod", key
-	cfgB.Join = []string{tn.addr(1)}
-	b := startNode(t, cfgB)
-	b.SetState(Participant)
-	both := []testNode{a, b}
-	want := "node-01=participant,node-02=participant"
-	testutil.Eventually(t, 10*time.Second, "cluster formed", converged(both, want))
+// rawSender is a gossipClient with protos of its own transport.
+type rawSender interface {
+	send(t *testing.T, proto string, data []byte) net.Conn
+}
 
-	good := wire{label: "prod", key: key}
-	if err := pingAnswered(t, good, tn.addr(1)); err != nil {
-		t.Fatalf("control ping in the test's own envelope: %v", err)
-	}
+// badInputCase is one hostile or broken message and the reason it must be
+// refused with. proto is "packet", "packet-burst" (sent 100 times) or
+// "stream".
+type badInputCase struct {
+	name   string
+	proto  string
+	data   []byte
+	reason string
+}
+
+// badInputCases are the messages every transport must refuse, in the
+// envelope good (label "prod" and key), wrongKey being another key.
+func badInputCases(good wire, wrongKey []byte) []badInputCase {
+	key := good.key
 	garbage := bytes.Repeat([]byte("\x01garbage\xff"), 20)
 	bigGarbage := bytes.Repeat([]byte{0xff}, 60000)
 	hugeLen := append(append(good.labelHeader(), mlEncrypt), 0xff, 0xff, 0xff, 0xf0)
@@ -204,66 +240,89 @@ func TestGossipBadInput(t *testing.T) {
 	for range 255 {
 		flood = append(flood, mlAlive, 0xc1)
 	}
+	return []badInputCase{
+		{"udp garbage", "packet", garbage, refusedLabel},
+		{"udp largest datagram of garbage", "packet", bigGarbage, refusedLabel},
+		{"udp truncated label header", "packet", []byte{mlLabel, 10, 'p'}, refusedMalformed},
+		{"udp empty label header", "packet", []byte{mlLabel, 0, 1, 2}, refusedMalformed},
+		{"udp wrong cluster name", "packet", wire{"staging", key}.packet(pingMsg(1, "node-01")), refusedLabel},
+		{"udp no label", "packet", wire{"", key}.packet(pingMsg(1, "node-01")), refusedLabel},
+		{"udp unencrypted", "packet", wire{"prod", nil}.packet(pingMsg(1, "node-01")), refusedEncryption},
+		{"udp wrong key", "packet", wire{"prod", wrongKey}.packet(pingMsg(1, "node-01")), refusedEncryption},
+		{"udp unknown message type", "packet", good.packet(garbage[1:]), refusedMalformed},
+		{"udp empty message", "packet", good.packet(nil), refusedMalformed},
+		{"udp truncated ping", "packet", good.packet(pingMsg(1, "node-01")[:9]), refusedMalformed},
+		{"udp bad checksum", "packet", good.packet(badCRC), refusedMalformed},
+		{"udp truncated compound", "packet", good.packet(compound), refusedMalformed},
+		{"udp largest datagram, encrypted garbage", "packet", good.packet(bigGarbage[:60000-60]), refusedMalformed},
+		{"udp decompression bomb", "packet", good.packet(zipBomb()), refusedOversized},
+		{"udp burst of 100 × 255 queued messages", "packet-burst", good.packet(flood), refusedOverload},
 
-	cases := []struct {
-		name   string
-		proto  string
-		data   []byte
-		reason string
-	}{
-		{"udp garbage", "udp", garbage, refusedLabel},
-		{"udp largest datagram of garbage", "udp", bigGarbage, refusedLabel},
-		{"udp truncated label header", "udp", []byte{mlLabel, 10, 'p'}, refusedMalformed},
-		{"udp empty label header", "udp", []byte{mlLabel, 0, 1, 2}, refusedMalformed},
-		{"udp wrong cluster name", "udp", wire{"staging", key}.packet(pingMsg(1, "node-01")), refusedLabel},
-		{"udp no label", "udp", wire{"", key}.packet(pingMsg(1, "node-01")), refusedLabel},
-		{"udp unencrypted", "udp", wire{"prod", nil}.packet(pingMsg(1, "node-01")), refusedEncryption},
-		{"udp wrong key", "udp", wire{"prod", wrongKey}.packet(pingMsg(1, "node-01")), refusedEncryption},
-		{"udp unknown message type", "udp", good.packet(garbage[1:]), refusedMalformed},
-		{"udp empty message", "udp", good.packet(nil), refusedMalformed},
-		{"udp truncated ping", "udp", good.packet(pingMsg(1, "node-01")[:9]), refusedMalformed},
-		{"udp bad checksum", "udp", good.packet(badCRC), refusedMalformed},
-		{"udp truncated compound", "udp", good.packet(compound), refusedMalformed},
-		{"udp largest datagram, encrypted garbage", "udp", good.packet(bigGarbage[:60000-60]), refusedMalformed},
-		{"udp decompression bomb", "udp", good.packet(zipBomb()), refusedOversized},
-		{"udp burst of 100 × 255 queued messages", "udp-burst", good.packet(flood), refusedOverload},
+		{"tcp garbage", "stream", garbage, refusedLabel},
+		{"tcp truncated label header", "stream", []byte{mlLabel}, refusedMalformed},
+		{"tcp wrong cluster name", "stream", wire{"staging", key}.stream(pushPullClaiming(0)), refusedLabel},
+		{"tcp unencrypted", "stream", wire{"prod", nil}.stream(pushPullClaiming(0)), refusedEncryption},
+		{"tcp wrong key", "stream", wire{"prod", wrongKey}.stream(pushPullClaiming(0)), refusedEncryption},
+		{"tcp announced length over limit", "stream", hugeLen, refusedOversized},
+		{"tcp push/pull claiming 2M nodes", "stream", good.stream(pushPullClaiming(2 << 20)), refusedOversized},
+		{"tcp unknown message type", "stream", good.stream([]byte{200, 1, 2, 3}), refusedMalformed},
+		{"tcp undecodable ping", "stream", good.stream([]byte{mlPing, 0xc1, 0xc1}), refusedMalformed},
+		{"tcp stalled after the label (slow loris)", "stream", good.labelHeader(), refusedTimeout},
+	}
+}
 
-		{"tcp garbage", "tcp", garbage, refusedLabel},
-		{"tcp truncated label header", "tcp", []byte{mlLabel}, refusedMalformed},
-		{"tcp wrong cluster name", "tcp", wire{"staging", key}.stream(pushPullClaiming(0)), refusedLabel},
-		{"tcp unencrypted", "tcp", wire{"prod", nil}.stream(pushPullClaiming(0)), refusedEncryption},
-		{"tcp wrong key", "tcp", wire{"prod", wrongKey}.stream(pushPullClaiming(0)), refusedEncryption},
-		{"tcp announced length over limit", "tcp", hugeLen, refusedOversized},
-		{"tcp push/pull claiming 2M nodes", "tcp", good.stream(pushPullClaiming(2 << 20)), refusedOversized},
-		{"tcp unknown message type", "tcp", good.stream([]byte{200, 1, 2, 3}), refusedMalformed},
-		{"tcp undecodable ping", "tcp", good.stream([]byte{mlPing, 0xc1, 0xc1}), refusedMalformed},
-		{"tcp stalled after the label (slow loris)", "tcp", good.labelHeader(), refusedTimeout},
+// TestGossipBadInput throws hostile and broken packets and streams at a real
+// node of a labelled, encrypted two-node cluster from a raw UDP and TCP
+// client. Each must be refused and counted under its reason, and the node
+// must keep its view and keep answering.
+func TestGossipBadInput(t *testing.T) {
+	tn := newTestNet(t)
+	key := bytes.Repeat([]byte{7}, 32)
+	good := wire{label: "prod", key: key}
+	var cfgs [2]Config
+	for i := range cfgs {
+		cfgs[i] = testConfig(tn, i+1)
+		cfgs[i].ClusterName, cfgs[i].SecretKey = "prod", key
+	}
+	member := func(i int, name string, d memberlist.Delegate) *memberlist.Memberlist {
+		return rawMember(t, tn, i, name, "prod", key, d, nil)
+	}
+	runGossipBadInput(t, tn, cfgs, plainClient{target: tn.addr(1), w: good}, badInputCases(good, bytes.Repeat([]byte{8}, 32)), member)
+}
+
+// runGossipBadInput starts a two-node cluster from cfgs, throws cases at
+// node 1 through client, then checks how node 1 handles a peer claiming
+// its name and a peer flapping its state (both made by member), and that
+// it kept its view and health.
+func runGossipBadInput(t *testing.T, tn testNet, cfgs [2]Config, client gossipClient, cases []badInputCase, member func(i int, name string, d memberlist.Delegate) *memberlist.Memberlist) {
+	a := startNode(t, cfgs[0])
+	a.SetState(Participant)
+	cfgB := cfgs[1]
+	cfgB.Join = []string{tn.addr(1)}
+	b := startNode(t, cfgB)
+	b.SetState(Participant)
+	both := []testNode{a, b}
+	want := "node-01=participant,node-02=participant"
+	testutil.Eventually(t, 10*time.Second, "cluster formed", converged(both, want))
+
+	if err := client.pingAnswered(t); err != nil {
+		t.Fatalf("control ping in the test's own envelope: %v", err)
 	}
 	for _, tc := range cases {
 		before := refusedCounts(t, a)
 		switch tc.proto {
-		case "udp", "udp-burst":
-			c, err := net.Dial("udp", tn.addr(1))
-			if err != nil {
-				t.Fatal(err)
-			}
-			n := 1
-			if tc.proto == "udp-burst" {
-				n = 100
-			}
-			for range n {
-				if _, err := c.Write(tc.data); err != nil {
-					t.Fatalf("%s: %v", tc.name, err)
-				}
-			}
-			c.Close()
-		case "tcp":
-			c, err := net.Dial("tcp", tn.addr(1))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := c.Write(tc.data); err != nil {
-				t.Fatalf("%s: %v", tc.name, err)
+		case "packet":
+			client.packets(t, tc.data, 1)
+		case "packet-burst":
+			client.packets(t, tc.data, 100)
+		default:
+			var c net.Conn
+			if tc.proto == "stream" {
+				c = client.stream(t, tc.data)
+			} else if rs, ok := client.(rawSender); ok {
+				c = rs.send(t, tc.proto, tc.data)
+			} else {
+				t.Fatalf("%s: unknown proto %q", tc.name, tc.proto)
 			}
 			if tc.reason == refusedTimeout {
 				// The node must close a stalled stream itself, after its TCP
@@ -271,14 +330,17 @@ func TestGossipBadInput(t *testing.T) {
 				start := time.Now()
 				c.SetReadDeadline(time.Now().Add(15 * time.Second))
 				_, err := io.Copy(io.Discard, c)
-				if err != nil || time.Since(start) > 10*time.Second {
+				// Closed by the node: EOF, or over TLS possibly an error
+				// about the torn connection; only our own deadline is not.
+				var ne net.Error
+				if (errors.As(err, &ne) && ne.Timeout()) || time.Since(start) > 10*time.Second {
 					t.Errorf("%s: stalled stream not closed by the node: %v after %v", tc.name, err, time.Since(start))
 				}
 			}
 			c.Close()
 		}
 		wait := 10 * time.Second
-		if tc.reason == refusedOversized && tc.proto == "udp" {
+		if tc.reason == refusedOversized && tc.proto == "packet" {
 			wait = time.Minute // inflating 40 MiB is slow under the race detector
 		}
 		testutil.Eventually(t, wait, tc.name+" counted", func() error {
@@ -294,7 +356,7 @@ func TestGossipBadInput(t *testing.T) {
 	// A second node claiming node-01's name is ignored and counted, and
 	// node-01 shows the conflict.
 	conflicts := eventValue(t, a, eventNodeConflict)
-	impostor := rawMember(t, tn, 3, "node-01", "prod", key, nil)
+	impostor := member(3, "node-01", nil)
 	testutil.Eventually(t, 10*time.Second, "name conflict counted", func() error {
 		if got := eventValue(t, a, eventNodeConflict); got <= conflicts {
 			return fmt.Errorf("node_conflict events still %v", got)
@@ -312,7 +374,7 @@ func TestGossipBadInput(t *testing.T) {
 	updates := eventValue(t, a, "update")
 	meta := &flappingMeta{}
 	meta.set(Viewer)
-	flapper := rawMember(t, tn, 4, "flapper", "prod", key, meta)
+	flapper := member(4, "flapper", meta)
 	const flaps = 60
 	for i := range flaps {
 		meta.set([]State{Participant, Viewer}[i%2])
@@ -338,7 +400,7 @@ func TestGossipBadInput(t *testing.T) {
 		}
 		return nil
 	})
-	if err := pingAnswered(t, good, tn.addr(1)); err != nil {
+	if err := client.pingAnswered(t); err != nil {
 		t.Errorf("after the bad input: %v", err)
 	}
 }
@@ -367,11 +429,12 @@ func (f *flappingMeta) LocalState(bool) []byte          { return nil }
 func (f *flappingMeta) MergeRemoteState([]byte, bool)   {}
 
 // rawMember is a plain memberlist (not a shoal node) on tn's address i that
-// joins node 1.
-func rawMember(t *testing.T, tn testNet, i int, name, label string, key []byte, d memberlist.Delegate) *memberlist.Memberlist {
+// joins node 1, over tr if not nil.
+func rawMember(t *testing.T, tn testNet, i int, name, label string, key []byte, d memberlist.Delegate, tr memberlist.Transport) *memberlist.Memberlist {
 	t.Helper()
 	mc := memberlist.DefaultLANConfig()
 	fastTimings(mc)
+	mc.Transport = tr
 	mc.Name = name
 	mc.BindAddr, mc.AdvertiseAddr = tn.ip(i), tn.ip(i)
 	mc.BindPort, mc.AdvertisePort = tn.port, tn.port

@@ -80,6 +80,10 @@ type Config struct {
 	// bytes long. Nodes with different keys never merge. Default: none.
 	SecretKey []byte
 
+	// TLS, when its CertFile is set, carries all gossip over mutual TLS
+	// (see TLSConfig); it can be combined with SecretKey. Default: off.
+	TLS TLSConfig
+
 	// WaitForSize makes Ready false until this many non-terminating members (this node
 	// included) are seen, or until WaitTimeout has passed since Start.
 	// Default: 0 (ready at once).
@@ -207,6 +211,9 @@ func (cfg *Config) normalize() (listenIP net.IP, listenPort int, specs []joinSpe
 	case 0, 16, 24, 32:
 	default:
 		return nil, 0, nil, fmt.Errorf("cluster: secret key is %d bytes long; it must be 16, 24 or 32 bytes (AES-128, AES-192 or AES-256)", len(cfg.SecretKey))
+	}
+	if err := cfg.TLS.normalize(); err != nil {
+		return nil, 0, nil, err
 	}
 	if len(cfg.ClusterName) > maxLabelLen {
 		return nil, 0, nil, fmt.Errorf("cluster: cluster name is %d bytes long; at most %d are allowed", len(cfg.ClusterName), maxLabelLen)

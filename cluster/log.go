@@ -16,10 +16,11 @@ const (
 	refusedMalformed  = "malformed"  // bytes that do not decode: garbage, truncation, bad checksum
 	refusedOversized  = "oversized"  // a size field over memberlist's limits
 	refusedOverload   = "overload"   // memberlist's queues were full; the message was dropped
-	refusedTimeout    = "timeout"    // an incoming stream not complete within the TCP timeout (slow or stalled sender)
+	refusedTimeout    = "timeout"    // an incoming stream (or TLS handshake) not complete within the TCP timeout (slow or stalled sender)
+	refusedTLS        = "tls"        // a failed TLS handshake: certificate from another CA, expired, missing, or no TLS at all
 )
 
-var refusalReasons = []string{refusedLabel, refusedEncryption, refusedMalformed, refusedOversized, refusedOverload, refusedTimeout}
+var refusalReasons = []string{refusedLabel, refusedEncryption, refusedMalformed, refusedOversized, refusedOverload, refusedTimeout, refusedTLS}
 
 // refusalPatterns are fragments of memberlist v0.7.0 log lines that mean a
 // packet or stream from another node was refused. memberlist has no hook for

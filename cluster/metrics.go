@@ -69,7 +69,7 @@ func newMetrics(reg prometheus.Registerer, clusterName string, lamport, health, 
 		}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "shoal_cluster_refused_messages_total",
-			Help: "Gossip packets and streams refused, by reason: label (cluster name mismatch), encryption (wrong or missing key), malformed (does not decode), oversized (over memberlist's size limits), overload (memberlist's queues full).",
+			Help: "Gossip packets and streams refused, by reason: label (cluster name mismatch), encryption (wrong or missing key), malformed (does not decode), oversized (over memberlist's size limits), overload (memberlist's queues full), timeout (a stream or TLS handshake not complete in time), tls (a failed TLS handshake: unknown CA, expired or missing certificate, not TLS).",
 		}, []string{"reason"}),
 		badMeta: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "shoal_cluster_bad_peer_metadata_total",

@@ -55,6 +55,7 @@ type Node struct {
 	listenIP   net.IP
 	listenPort int
 	disc       *discoverer
+	tlsCreds   *tlsCreds // nil without gossip TLS (tls.go)
 	startTime  time.Time
 	lamport    atomic.Uint64
 
@@ -153,6 +154,10 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Node, err
 	if err != nil {
 		return nil, err
 	}
+	if err := n.loadTLS(); err != nil {
+		n.metrics.unregister()
+		return nil, err
+	}
 	n.metrics.setState(Viewer)
 	n.metrics.minimumSize.Set(float64(cfg.WaitForSize))
 	n.updatePeerMetrics()
@@ -185,8 +190,14 @@ func (n *Node) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := n.useTLS(mlc); err != nil {
+		return fmt.Errorf("cluster: starting gossip over TLS on %s: %w", n.cfg.ListenAddr, err)
+	}
 	ml, err := memberlist.Create(mlc)
 	if err != nil {
+		if mlc.Transport != nil {
+			mlc.Transport.Shutdown()
+		}
 		return fmt.Errorf("cluster: starting memberlist on %s: %w", n.cfg.ListenAddr, err)
 	}
 	local := ml.LocalNode()
@@ -202,7 +213,7 @@ func (n *Node) Start(ctx context.Context) error {
 	}
 	n.mu.Unlock()
 	n.metrics.broadcasts.WithLabelValues("join").Inc()
-	n.logger.Info("gossip started", "node", n.cfg.NodeName, "listen", n.cfg.ListenAddr, "advertise", advertise, "cluster_name", n.cfg.ClusterName, "encrypted", len(n.cfg.SecretKey) > 0)
+	n.logger.Info("gossip started", "node", n.cfg.NodeName, "listen", n.cfg.ListenAddr, "advertise", advertise, "cluster_name", n.cfg.ClusterName, "encryption", n.Encryption())
 
 	joined := n.join(loopCtx)
 	if joined == 0 {

@@ -49,7 +49,16 @@ type NodeStatus struct {
 	// WeighedSamplesPerSecond is, with bounded-load placement, this node's
 	// measured samples/s of the targets it scrapes as primary.
 	WeighedSamplesPerSecond float64 `json:"weighedSamplesPerSecond,omitempty"`
+	// GossipEncryption is how this node protects its gossip: none, key
+	// (the shared AES key), tls, or tls+key; empty without clustering.
+	GossipEncryption string `json:"gossipEncryption,omitempty"`
 	load
+}
+
+// encryptionReporter is the optional part of Membership that says how
+// gossip is protected (*cluster.Node has it).
+type encryptionReporter interface {
+	Encryption() string
 }
 
 func (h *Handler) nodeStatus() NodeStatus {
@@ -74,6 +83,9 @@ func (h *Handler) nodeStatus() NodeStatus {
 	if h.opts.Cluster != nil {
 		self := h.opts.Cluster.Self()
 		st.Name, st.State = self.Name, self.State.String()
+		if er, ok := h.opts.Cluster.(encryptionReporter); ok {
+			st.GossipEncryption = er.Encryption()
+		}
 	}
 	return st
 }

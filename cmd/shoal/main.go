@@ -55,6 +55,7 @@ type flags struct {
 	rejoinInterval         time.Duration
 	clusterName            string
 	secretKeyFile          string
+	clusterTLS             clusterTLSFlags
 	waitForSize            int
 	waitTimeout            time.Duration
 	replicationFactor      int
@@ -130,6 +131,16 @@ func parseFlags(args []string) (*flags, error) {
 		Default("").StringVar(&f.clusterName)
 	app.Flag("cluster.secret-key-file", "File holding the gossip encryption key (16, 24 or 32 bytes).").
 		Default("").StringVar(&f.secretKeyFile)
+	app.Flag("cluster.tls-cert-file", "Gossip over mutual TLS: this node's PEM certificate, presented to every peer. Every peer must present one signed by --cluster.tls-ca-file. The files are read again when they change: no restart on rotation. Combines with --cluster.secret-key-file.").
+		Default("").StringVar(&f.clusterTLS.certFile)
+	app.Flag("cluster.tls-key-file", "Private key of --cluster.tls-cert-file (PEM).").
+		Default("").StringVar(&f.clusterTLS.keyFile)
+	app.Flag("cluster.tls-ca-file", "PEM certificates of the CAs that sign peers' gossip certificates.").
+		Default("").StringVar(&f.clusterTLS.caFile)
+	app.Flag("cluster.tls-server-name", "DNS name every peer's gossip certificate must carry; empty checks only the CA signature (peers are dialled by IP address).").
+		Default("").StringVar(&f.clusterTLS.serverName)
+	app.Flag("cluster.tls-min-version", "Lowest TLS version for gossip: TLS13 or TLS12.").
+		Default("TLS13").EnumVar(&f.clusterTLS.minVersion, "TLS13", "TLS12")
 	app.Flag("cluster.wait-for-size", "Take no targets until this many participants are seen ...").
 		Default("0").IntVar(&f.waitForSize)
 	app.Flag("cluster.wait-timeout", "... or until this much time has passed since start.").
@@ -194,6 +205,7 @@ func parseFlags(args []string) (*flags, error) {
 			{f.replicationFactor > 1, "--cluster.replication-factor"},
 			{len(f.clusterJoin) > 0, "--cluster.join"},
 			{f.secretKeyFile != "", "--cluster.secret-key-file"},
+			{f.clusterTLS.certFile != "", "--cluster.tls-cert-file"},
 			{f.kubeLabelSelector != "", "--cluster.kubernetes.label-selector"},
 		} {
 			if c.set {

@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -514,14 +515,32 @@ func (a *agent) newClusterNode() (*cluster.Node, error) {
 	cfg.RejoinInterval = f.rejoinInterval
 	cfg.ClusterName = f.clusterName
 	cfg.SecretKey = key
+	cfg.TLS = f.clusterTLS.config()
 	cfg.WaitForSize = f.waitForSize
 	cfg.WaitTimeout = f.waitTimeout
 	cfg.HTTPAddr = advertisedHTTPAddr(f.listenAddress, f.clusterAdvertise)
 	node, err := cluster.New(cfg, a.logger.With("component", "cluster"), a.reg)
 	if err != nil {
+		if cfg.TLS.Enabled() {
+			// Most likely a TLS file that does not load: the operator's to fix.
+			err = badConfig(err)
+		}
 		return nil, fmt.Errorf("configuring cluster membership: %w", err)
 	}
 	return node, nil
+}
+
+// clusterTLSFlags are the --cluster.tls-* flags.
+type clusterTLSFlags struct {
+	certFile, keyFile, caFile, serverName, minVersion string
+}
+
+func (c clusterTLSFlags) config() cluster.TLSConfig {
+	v := uint16(tls.VersionTLS13)
+	if c.minVersion == "TLS12" {
+		v = tls.VersionTLS12
+	}
+	return cluster.TLSConfig{CAFile: c.caFile, CertFile: c.certFile, KeyFile: c.keyFile, ServerName: c.serverName, MinVersion: v}
 }
 
 // trimKey drops a trailing newline that editors and `echo` add to key files.

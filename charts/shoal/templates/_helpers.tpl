@@ -51,6 +51,30 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 {{- end -}}
 
+{{/* Name of the Secret holding the gossip TLS certificate, empty without
+gossip TLS. */}}
+{{- define "shoal.gossipTLSSecretName" -}}
+{{- if .Values.cluster.tls.enabled -}}
+{{- if .Values.cluster.tls.certManager.enabled -}}
+{{- printf "%s-gossip-tls" (include "shoal.fullname" .) -}}
+{{- else if .Values.cluster.tls.existingSecret -}}
+{{- .Values.cluster.tls.existingSecret -}}
+{{- else -}}
+{{- fail "cluster.tls.enabled needs cluster.tls.existingSecret or cluster.tls.certManager.enabled" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The DNS name gossip certificates carry and peers check: the value,
+or with cert-manager the headless Service's name. */}}
+{{- define "shoal.gossipTLSServerName" -}}
+{{- if .Values.cluster.tls.serverName -}}
+{{- .Values.cluster.tls.serverName -}}
+{{- else if .Values.cluster.tls.certManager.enabled -}}
+{{- printf "%s.%s.svc" (include "shoal.clusterServiceName" .) .Release.Namespace -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "shoal.replicas" -}}
 {{- if .Values.autoscaling.enabled -}}{{ .Values.autoscaling.minReplicas }}{{- else -}}{{ .Values.controller.replicas }}{{- end -}}
 {{- end -}}
