@@ -200,10 +200,10 @@ func (n *Node) startupDecideLocked() (bool, string) {
 	return n.startup.decide(time.Now(), n.peers)
 }
 
-// RememberedWait says what the node waits for before it is ready because
-// of the cluster it remembers from its last run; empty when it does not
-// wait for it (it is ready, it remembers no participant, or WaitForSize
-// is set).
+// RememberedWait says what the node waits for before it is ready: the
+// cluster it remembers from its last run, or on a cold start its join
+// addresses; empty when it does not wait for them (it is ready, or
+// WaitForSize is set and decides alone).
 func (n *Node) RememberedWait() string {
 	n.mu.Lock()
 	defer n.mu.Unlock()

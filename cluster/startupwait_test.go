@@ -242,7 +242,10 @@ func TestRestartedSeedRejoinsRememberedPeers(t *testing.T) {
 	if err := again.WaitReady(waitCtx(t, 15*time.Second)); err != nil {
 		t.Fatalf("the restarted seed never became ready: %v", err)
 	}
-	if _, why := again.startupDecideLocked(); !strings.Contains(why, "joined the running cluster") {
+	again.mu.Lock()
+	_, why := again.startupDecideLocked()
+	again.mu.Unlock()
+	if !strings.Contains(why, "joined the running cluster") {
 		t.Errorf("ready because %q, want because it joined the running cluster", why)
 	}
 	testutil.Eventually(t, 15*time.Second, "the seed back in its cluster",
