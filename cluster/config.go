@@ -91,6 +91,13 @@ type Config struct {
 	// WaitTimeout bounds WaitForSize. Default: 5m; it is never infinite.
 	WaitTimeout time.Duration
 
+	// SnapshotPath is the file where the node records the cluster's members
+	// (names, gossip addresses, which were participants) while it runs and
+	// at shutdown. On start it joins them besides Join and, when WaitForSize
+	// is 0, waits for the participants it remembers (startupwait.go),
+	// bounded by WaitTimeout. Default: none (nothing is remembered).
+	SnapshotPath string
+
 	// HTTPAddr is the HTTP address of this node ("host:port") that peers
 	// show on their status pages and call for cluster APIs. It is gossiped
 	// in the node metadata. Default: none.

@@ -78,6 +78,18 @@
 // seen, or until WaitTimeout (default 5m, never infinite) has passed since
 // Start; with WaitForSize 0 it is true at once. Once true it stays true.
 //
+// # Restarts
+//
+// With Config.SnapshotPath the node records the other members (names,
+// addresses, which were participants) while it runs and at shutdown
+// (snapshot.go), joins them again on start besides Join, and, without
+// WaitForSize, waits for that cluster before it is ready; a node that
+// remembers nothing and whose join addresses other than its own did not
+// answer waits for them too. The wait ends when a participant answers,
+// when every remembered participant is back (on a cold start: any peer),
+// after 10s in which nothing answered, or at WaitTimeout
+// (startupwait.go; docs/membership.md).
+//
 // # Security
 //
 // ClusterName becomes memberlist's label: packets and streams of another
@@ -103,4 +115,6 @@
 //	shoal_cluster_bad_peer_metadata_total
 //	shoal_cluster_discovery_errors_total{method}  dns, dnssrv, kubernetes
 //	shoal_cluster_join_attempts_total{result}     success, failure
+//	shoal_cluster_remembered_participants         participants remembered at start
+//	shoal_cluster_snapshot_errors_total{op}       read, write
 package cluster

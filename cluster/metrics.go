@@ -24,6 +24,9 @@ type metrics struct {
 	weightsStateBytes prometheus.Gauge
 	weightsSends      *prometheus.CounterVec
 	badWeights        prometheus.Counter
+	// The cluster remembered between runs (snapshot.go).
+	remembered   prometheus.Gauge
+	snapshotErrs *prometheus.CounterVec
 
 	// plain holds the collectors registered as they are; named those
 	// registered with the cluster_name label.
@@ -99,7 +102,17 @@ func newMetrics(reg prometheus.Registerer, clusterName string, lamport, health, 
 			Name: "shoal_cluster_bad_peer_weights_total",
 			Help: "Per-target weight messages from peers that could not be decoded and were ignored.",
 		}),
+		remembered: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "shoal_cluster_remembered_participants",
+			Help: "Participants this node remembered at start from its last run (under --storage.path); without --cluster.wait-for-size it waits for that cluster before taking targets.",
+		}),
+		snapshotErrs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "shoal_cluster_snapshot_errors_total",
+			Help: "Failures to read (the file was ignored) or write the record of the cluster's members under --storage.path, by operation (read, write).",
+		}, []string{"op"}),
 	}
+	m.snapshotErrs.WithLabelValues("read")
+	m.snapshotErrs.WithLabelValues("write")
 	m.weightsSends.WithLabelValues("success")
 	m.weightsSends.WithLabelValues("failure")
 	for _, r := range refusalReasons {
@@ -121,6 +134,7 @@ func newMetrics(reg prometheus.Registerer, clusterName string, lamport, health, 
 	plain, err := promreg.Register(reg,
 		m.refused, m.badMeta, m.discoveryErrs, m.joins,
 		m.weightsPublished, m.weightsStateBytes, m.weightsSends, m.badWeights,
+		m.remembered, m.snapshotErrs,
 	)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: registering metrics: %w", err)

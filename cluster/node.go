@@ -87,6 +87,15 @@ type Node struct {
 	wg         sync.WaitGroup
 	// weightsSend signals sendWeightsLoop that ownWeights changed.
 	weightsSend chan struct{}
+
+	// The cluster remembered between runs (snapshot.go, startupwait.go).
+	remembered   []string      // remembered members' addresses, joined on start
+	startup      *startupWait  // under mu; nil without remembered participants or with WaitForSize
+	silenceTimer *time.Timer   // under mu; ends startup's silence
+	startSettled bool          // under mu; Start decided whether to wait
+	snapKick     chan struct{} // signals snapshotLoop
+	snapMu       sync.Mutex    // orders snapshot writes
+	snapWritten  []byte        // under snapMu: the member set last written
 }
 
 // New validates cfg and prepares a Node; nothing is bound until Start. The
@@ -112,6 +121,7 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Node, err
 		gone:        map[string]time.Time{},
 		subs:        map[int]chan struct{}{},
 		weightsSend: make(chan struct{}, 1),
+		snapKick:    make(chan struct{}, 1),
 		readyCh:     make(chan struct{}),
 		stopCh:      make(chan struct{}),
 	}
@@ -161,7 +171,9 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Node, err
 	n.metrics.setState(Viewer)
 	n.metrics.minimumSize.Set(float64(cfg.WaitForSize))
 	n.updatePeerMetrics()
-	if cfg.WaitForSize == 0 {
+	n.remember(n.loadSnapshot())
+	if cfg.WaitForSize == 0 && n.startup == nil && len(specs) == 0 && cfg.KubernetesLabelSelector == "" {
+		// Nobody to join and nobody remembered: a cluster of one.
 		n.markReady("wait-for-size is 0")
 	}
 	return n, nil
@@ -211,14 +223,15 @@ func (n *Node) Start(ctx context.Context) error {
 	if !n.ready {
 		n.readyTimer = time.AfterFunc(n.cfg.WaitTimeout, func() { n.markReady("wait timeout passed") })
 	}
+	if n.startup != nil {
+		n.startup.since = time.Now()
+	}
 	n.mu.Unlock()
 	n.metrics.broadcasts.WithLabelValues("join").Inc()
 	n.logger.Info("gossip started", "node", n.cfg.NodeName, "listen", n.cfg.ListenAddr, "advertise", advertise, "cluster_name", n.cfg.ClusterName, "encryption", n.Encryption())
 
-	joined := n.join(loopCtx)
-	if joined == 0 {
-		n.logger.Info("no peer answered; bootstrapped a cluster of one", "rejoin_interval", n.cfg.RejoinInterval)
-	}
+	n.settleStartupWait(n.join(loopCtx, true))
+	n.checkReady()
 	n.notify()
 
 	n.wg.Add(1)
@@ -226,7 +239,12 @@ func (n *Node) Start(ctx context.Context) error {
 		defer n.wg.Done()
 		n.sendWeightsLoop(loopCtx)
 	}()
-	if n.cfg.RejoinInterval > 0 {
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		n.snapshotLoop(loopCtx)
+	}()
+	if n.cfg.RejoinInterval > 0 || n.waitingForCluster() {
 		n.wg.Add(1)
 		go func() {
 			defer n.wg.Done()
@@ -294,15 +312,21 @@ func (n *Node) memberlistConfig(ctx context.Context) (*memberlist.Config, error)
 	return c, nil
 }
 
-// join discovers candidate peers and joins every one that is not already a
-// member. It returns how many joins succeeded.
-func (n *Node) join(ctx context.Context) int {
+// join discovers candidate peers (with remembered, also the members
+// remembered from the last run) and joins every one that is not already a
+// member. It returns how many joins succeeded, and the addresses that
+// failed.
+func (n *Node) join(ctx context.Context, remembered bool) (int, []string) {
 	ml := n.memberlist()
 	if ml == nil {
-		return 0
+		return 0, nil
 	}
 	addrs := n.disc.discover(ctx)
+	if remembered {
+		addrs = mergeAddrs(addrs, n.remembered)
+	}
 	joined := 0
+	var failed []string
 	for _, a := range addrs {
 		if ctx.Err() != nil {
 			break
@@ -313,6 +337,8 @@ func (n *Node) join(ctx context.Context) int {
 			continue
 		}
 		if _, err := ml.Join([]string{a}); err != nil {
+			n.startupJoinFailed(a)
+			failed = append(failed, a)
 			n.metrics.joins.WithLabelValues("failure").Inc()
 			n.logger.Debug("joining peer failed", "addr", a, "err", err)
 			continue
@@ -323,7 +349,7 @@ func (n *Node) join(ctx context.Context) int {
 	if joined > 0 {
 		n.logger.Info("joined peers", "joined", joined, "candidates", len(addrs), "members", len(n.Peers()))
 	}
-	return joined
+	return joined, failed
 }
 
 // isMemberAddr reports whether addr is this node or a known alive member.
@@ -348,7 +374,13 @@ func (n *Node) rejoinLoop(ctx context.Context) {
 	backoff := time.Second
 	for {
 		delay := n.cfg.RejoinInterval
-		if n.alone() && backoff < delay {
+		waiting := n.waitingForCluster()
+		switch {
+		case waiting:
+			delay = startupRetry
+		case delay == 0:
+			return // re-joining is disabled; the loop ran for the startup wait
+		case n.alone() && backoff < delay:
 			// Peers that start together often miss each other in DNS; a
 			// lone node retries sooner than the full interval.
 			delay = backoff
@@ -361,7 +393,10 @@ func (n *Node) rejoinLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		n.join(ctx)
+		n.join(ctx, waiting)
+		if waiting {
+			n.checkReady()
+		}
 	}
 }
 
@@ -565,6 +600,7 @@ func (n *Node) afterChange() {
 	n.updatePeerMetrics()
 	n.checkReady()
 	n.notify()
+	n.snapshotChanged()
 }
 
 func (n *Node) updatePeerMetrics() {
@@ -601,6 +637,18 @@ func (n *Node) checkReady() {
 		n.mu.Unlock()
 		return
 	}
+	if n.cfg.WaitForSize == 0 {
+		if n.startup == nil && !n.startSettled {
+			n.mu.Unlock()
+			return // Start has not decided yet whether to wait
+		}
+		done, why := n.startupDecideLocked()
+		n.mu.Unlock()
+		if done {
+			n.markReady(why)
+		}
+		return
+	}
 	// Viewers count: a node stays a viewer (off the ring) until it is ready,
 	// so counting only participants would never let a new cluster start.
 	count := 0
@@ -631,8 +679,12 @@ func (n *Node) markReady(reason string) {
 	if n.readyTimer != nil {
 		n.readyTimer.Stop()
 	}
+	if n.silenceTimer != nil {
+		n.silenceTimer.Stop()
+	}
+	implicit := n.startup != nil
 	n.mu.Unlock()
-	if n.cfg.WaitForSize > 0 {
+	if n.cfg.WaitForSize > 0 || implicit {
 		n.logger.Info("cluster ready for traffic", "reason", reason, "wait_for_size", n.cfg.WaitForSize)
 	}
 }
@@ -671,6 +723,9 @@ func (n *Node) Shutdown() error {
 	if n.readyTimer != nil {
 		n.readyTimer.Stop()
 	}
+	if n.silenceTimer != nil {
+		n.silenceTimer.Stop()
+	}
 	n.mu.Unlock()
 	if cancel != nil {
 		cancel()
@@ -680,6 +735,8 @@ func (n *Node) Shutdown() error {
 	if ml == nil {
 		return nil
 	}
+	// The last record: who was alive at the end, and whether this node left.
+	n.writeSnapshot()
 	if err := ml.Shutdown(); err != nil {
 		return fmt.Errorf("cluster: shutting down memberlist: %w", err)
 	}

@@ -473,6 +473,9 @@ func (a *agent) ready() (bool, string) {
 	case !a.configLoaded.Load():
 		return false, "applying the configuration"
 	case a.node != nil && !a.node.Ready():
+		if why := a.node.RememberedWait(); why != "" {
+			return false, why
+		}
 		return false, fmt.Sprintf("waiting for %d cluster members (--cluster.wait-for-size) or --cluster.wait-timeout", a.f.waitForSize)
 	case a.node != nil && a.node.Self().State != cluster.Participant:
 		return false, "not yet a participant"
@@ -518,6 +521,8 @@ func (a *agent) newClusterNode() (*cluster.Node, error) {
 	cfg.TLS = f.clusterTLS.config()
 	cfg.WaitForSize = f.waitForSize
 	cfg.WaitTimeout = f.waitTimeout
+	// What the node knew of its cluster survives a restart (docs/membership.md).
+	cfg.SnapshotPath = filepath.Join(f.storagePath, "cluster-members.json")
 	cfg.HTTPAddr = advertisedHTTPAddr(f.listenAddress, f.clusterAdvertise)
 	node, err := cluster.New(cfg, a.logger.With("component", "cluster"), a.reg)
 	if err != nil {
