@@ -9,7 +9,7 @@ LDFLAGS    = -X github.com/prometheus/common/version.Version=$(VERSION) \
              -X github.com/prometheus/common/version.Revision=$(REVISION) \
              -X github.com/prometheus/common/version.Branch=main
 
-.PHONY: all build test test-unit test-e2e test-k8s helm kube-apiserver cold-check fuzz lint lint-chart chart-docs image demo bench clean
+.PHONY: all build docs test test-unit test-e2e test-k8s helm kube-apiserver cold-check fuzz lint lint-chart chart-docs image demo bench clean
 
 all: build
 
@@ -131,6 +131,12 @@ cold-check:
 # rules and dashboards from operations/ into the chart.
 chart-docs:
 	$(GO) run ./charts/internal/chartdocs
+
+# Regenerates docs/reference/flags.md and metrics.md from the binary's own
+# flag definitions and metric registry (cmd/shoal/reference_test.go, which
+# make test runs without -update-docs to catch a stale reference).
+docs:
+	$(GO) test -count=1 -run '^Test(Flags|Metrics)ReferenceIsCurrent$$' ./cmd/shoal -update-docs
 
 # The container image (Dockerfile at the root). Needs a container engine and
 # the base images (golang, distroless/static) pullable or already present.

@@ -42,10 +42,22 @@ type cliOptions struct {
 // runCLI runs `shoal cluster ...` (args start with "cluster") and returns the exit code.
 func runCLI(args []string, stdout, stderr io.Writer) int {
 	o := &cliOptions{}
-	app := kingpin.New("shoal", "Query a running shoal agent about its cluster.")
+	app := cliApp(o)
 	app.UsageWriter(stderr)
 	app.ErrorWriter(stderr)
 	app.Terminate(nil)
+	cmd, err := app.Parse(args)
+	if err != nil {
+		fmt.Fprintln(stderr, "shoal:", err)
+		return 2
+	}
+	return o.run(cmd, stdout, stderr)
+}
+
+// cliApp defines `shoal cluster ...`, binding every flag to o.
+// docs/reference/flags.md is generated from it too.
+func cliApp(o *cliOptions) *kingpin.Application {
+	app := kingpin.New("shoal", "Query a running shoal agent about its cluster.")
 	app.HelpFlag.Short('h')
 	cl := app.Command("cluster", "Ask a running agent about the cluster: peers and their load, target placement, why a target is where it is.")
 	cl.Flag("url", "Base URL of any agent of the cluster (its --web.listen-address).").
@@ -62,18 +74,17 @@ func runCLI(args []string, stdout, stderr io.Writer) int {
 	cl.Flag("timeout", "How long to wait for the answer.").Default("30s").DurationVar(&o.timeout)
 	cl.Flag("output", "Output format: table or json (the API's data, for scripts).").Short('o').Default("table").EnumVar(&o.output, "table", "json")
 
-	peers := cl.Command("peers", "Every peer with its state, ring share, owned targets, series and samples/s.")
+	cl.Command("peers", "Every peer with its state, ring share, owned targets, series and samples/s.")
 	targets := cl.Command("targets", "Every discovered target with its owners and actual scrapers, problems first.")
 	targets.Flag("status", "Only targets with this placement status: "+strings.Join(web.Statuses, ", ")+" or problem (any but ok).").StringVar(&o.status)
 	targets.Flag("job", "Only targets of this job.").StringVar(&o.job)
 	explain := cl.Command("explain", "Why a target is where it is: its key, the ring tokens that decide its owners, owners by rank and who scrapes it.")
 	explain.Arg("target", "The target: its scrape URL, JOB/URL, or host:port.").Required().StringVar(&o.target)
+	return app
+}
 
-	cmd, err := app.Parse(args)
-	if err != nil {
-		fmt.Fprintln(stderr, "shoal:", err)
-		return 2
-	}
+// run executes the parsed command cmd.
+func (o *cliOptions) run(cmd string, stdout, stderr io.Writer) int {
 	if cmd == "" { // --help
 		return 0
 	}
@@ -85,11 +96,11 @@ func runCLI(args []string, stdout, stderr io.Writer) int {
 	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
 	defer cancel()
 	switch cmd {
-	case peers.FullCommand():
+	case "cluster peers":
 		err = c.peers(ctx, stdout)
-	case targets.FullCommand():
+	case "cluster targets":
 		err = c.targets(ctx, stdout)
-	case explain.FullCommand():
+	case "cluster explain":
 		err = c.explain(ctx, stdout)
 	}
 	if err != nil {

@@ -78,6 +78,13 @@ const maxTokens = 8192
 func parseFlags(args []string) (*flags, error) {
 	f := &flags{log: promslog.Config{}}
 	hostname, _ := os.Hostname()
+	return parseApp(newApp(f, hostname), f, args)
+}
+
+// newApp defines the command line, binding every flag to f; hostname is
+// --cluster.node-name's default. docs/reference/flags.md is generated from
+// it (TestFlagsReferenceIsCurrent).
+func newApp(f *flags, hostname string) *kingpin.Application {
 
 	app := kingpin.New("shoal", "A gossip-clustered, peer-to-peer Prometheus scrape agent.")
 	app.Version(version.Print("shoal"))
@@ -166,7 +173,11 @@ func parseFlags(args []string) (*flags, error) {
 		Default("0.9").FloatVar(&f.autoMemLimitRatio)
 
 	promslogflag.AddFlags(app, &f.log)
+	return app
+}
 
+// parseApp parses args with app (from newApp(f)) and checks what kingpin cannot.
+func parseApp(app *kingpin.Application, f *flags, args []string) (*flags, error) {
 	if _, err := app.Parse(args); err != nil {
 		return nil, nameFlag(app, args, err)
 	}

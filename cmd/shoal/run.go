@@ -88,11 +88,16 @@ type agent struct {
 // run starts the agent and blocks until ctx is cancelled (SIGTERM in main),
 // then shuts down gracefully: hand off, stop scraping, flush, leave.
 func run(ctx context.Context, f *flags) error {
+	return runAgent(ctx, f, prometheus.NewRegistry())
+}
+
+// runAgent is run with the registry every component registers its metrics
+// in; docs/reference/metrics.md is generated from it (TestMetricsReferenceIsCurrent).
+func runAgent(ctx context.Context, f *flags, reg *prometheus.Registry) error {
 	logger := promslog.New(&f.log)
 	logger.Info("Starting shoal", "version", version.Info(), "build_context", version.BuildContext())
 	applyMemoryLimit(f.autoMemLimit, f.autoMemLimitRatio, logger)
 
-	reg := prometheus.NewRegistry()
 	reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
