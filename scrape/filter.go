@@ -200,23 +200,17 @@ type Filter struct {
 	owned   map[uint64]int // key -> rank
 	waiting map[uint64]waitEntry
 	known   map[uint64]struct{}
-	// series maps the series identity (seriesID) of every known target to
-	// its key, and ownedSeries the owned keys to theirs: a key that goes
-	// away while its series is still discovered under another key (a reload
-	// or relabelling changed the URL) moved, and is handed off.
-	series      map[uint64]uint64
-	ownedSeries map[uint64]uint64
-	refilters   int  // for tests: how many re-filters ran
-	resend      bool // the job set changed: send even if no target moved
+	// ownedURL is the scrape URL of every owned key: a reload that changes
+	// it (params, path, scheme) keeps the key and the owner, and only the
+	// scrape loop is replaced (see rescraped).
+	ownedURL  map[uint64]string
+	refilters int  // for tests: how many re-filters ran
+	resend    bool // the job set changed: send even if no target moved
 }
 
 type waitEntry struct {
 	due  time.Time
 	rank int
-	// fixed: only due ends the wait. A target whose key moved without a
-	// configuration change (discovery changed its URL) cannot be released
-	// by the peers' fences, which say nothing about discovery.
-	fixed bool
 }
 
 type ringState struct {
@@ -265,7 +259,6 @@ type jobState struct {
 type entry struct {
 	group, index int
 	key          uint64
-	series       uint64 // seriesID of the final labels
 	mode         shardMode
 	node         string // KubeNodeLabel, for node-local targets
 	url          string
@@ -283,21 +276,20 @@ func NewFilter(opts FilterOptions, mgr ScrapeManager, logger *slog.Logger, reg p
 		logger = promslog.NewNopLogger()
 	}
 	f := &Filter{
-		opts:        opts.withDefaults(),
-		mgr:         mgr,
-		logger:      logger,
-		metrics:     newMetrics(reg, logger),
-		ringSignal:  make(chan struct{}, 1),
-		cfgSignal:   make(chan struct{}, 1),
-		recheck:     make(chan struct{}, 1),
-		cfgs:        map[string]*config.ScrapeConfig{},
-		jobs:        map[string]*jobState{},
-		latest:      ringState{rf: 1, participant: true},
-		owned:       map[uint64]int{},
-		waiting:     map[uint64]waitEntry{},
-		known:       map[uint64]struct{}{},
-		series:      map[uint64]uint64{},
-		ownedSeries: map[uint64]uint64{},
+		opts:       opts.withDefaults(),
+		mgr:        mgr,
+		logger:     logger,
+		metrics:    newMetrics(reg, logger),
+		ringSignal: make(chan struct{}, 1),
+		cfgSignal:  make(chan struct{}, 1),
+		recheck:    make(chan struct{}, 1),
+		cfgs:       map[string]*config.ScrapeConfig{},
+		jobs:       map[string]*jobState{},
+		latest:     ringState{rf: 1, participant: true},
+		owned:      map[uint64]int{},
+		waiting:    map[uint64]waitEntry{},
+		known:      map[uint64]struct{}{},
+		ownedURL:   map[uint64]string{},
 	}
 	f.applied = f.latest
 	f.metrics.setRing(f.applied)
@@ -509,7 +501,6 @@ func computeEntries(js *jobState, cfg *config.ScrapeConfig, lb *labels.Builder) 
 					break
 				}
 				e.key, e.url, e.labels = key, u, final
-				e.series = seriesID(final)
 				e.mode, e.node = mode, node
 			}
 			entries = append(entries, e)
@@ -527,265 +518,316 @@ func computeEntries(js *jobState, cfg *config.ScrapeConfig, lb *labels.Builder) 
 func (f *Filter) refilter(now time.Time) (out map[string][]*targetgroup.Group, changed bool, next time.Time) {
 	f.mu.Lock()
 	f.refilters++
-	prev, cur := f.applied, f.latest
-	ringChanged := prev != cur
-	cfgID := f.cfgID
-	cfgChanged := cfgID != f.appliedCfg
-	changed = f.resend
+	p := f.newPass(now)
+	p.recomputeEntries()
+	p.collectKnown()
+	out = p.decide()
+	lost, handoff := p.collectLost()
+	next = p.nextDue()
+	f.owned, f.waiting, f.known, f.applied = p.owned, p.waiting, p.known, p.cur
+	f.ownedURL, f.appliedCfg = p.ownedURL, p.cfgID
+	if p.h != nil {
+		if f.work == nil {
+			f.work = &handoffWork{}
+		}
+		f.work.lost = append(f.work.lost, lost...)
+		f.work.activated = append(f.work.activated, p.activated...)
+		f.work.ring, f.work.config, f.work.participant = p.cur.ring, p.cfgID, p.cur.participant
+	}
+	mgr := f.mgr
+	f.mu.Unlock()
+
+	if len(handoff)+len(p.rescraped) > 0 && mgr != nil {
+		maps.Copy(handoff, p.rescraped)
+		f.disableStaleness(mgr, handoff)
+	}
+	p.report(len(lost))
+	return out, p.changed, next
+}
+
+// pass is one re-filter: the state it starts from (the Filter's fields, read
+// under its lock) and what it decides.
+type pass struct {
+	f          *Filter
+	h          Handoff
+	now        time.Time
+	prev, cur  ringState
+	cfgID      uint64
+	changed    bool
+	buf        []string
+	known      map[uint64]struct{}
+	owned      map[uint64]int
+	ownedURL   map[uint64]string
+	waiting    map[uint64]waitEntry
+	ownedByJob map[string]int
+	activated  []Unit
+	// rescraped are owned keys whose scrape URL a reload changed: the
+	// owner stays, and the loop the scrape manager replaces writes no
+	// end-of-run staleness markers (the new loop continues the series).
+	rescraped         map[uint64]struct{}
+	movedIn, timedOut int
+	// Handoff.Released and Contested for cur, each asked once when needed.
+	released, contested *bool
+}
+
+func (f *Filter) newPass(now time.Time) *pass {
+	p := &pass{
+		f: f, h: f.opts.Handoff, now: now,
+		prev: f.applied, cur: f.latest,
+		cfgID:      f.cfgID,
+		changed:    f.resend,
+		known:      f.known,
+		owned:      make(map[uint64]int, len(f.owned)),
+		ownedURL:   make(map[uint64]string, len(f.owned)),
+		waiting:    map[uint64]waitEntry{},
+		ownedByJob: map[string]int{},
+		rescraped:  map[uint64]struct{}{},
+	}
+	p.buf = make([]string, 0, max(p.cur.rf, p.prev.rf))
 	f.resend = false
+	return p
+}
+
+// recomputeEntries relabels the targets of every job whose discovery or
+// configuration changed.
+func (p *pass) recomputeEntries() {
+	f := p.f
 	lb := labels.NewBuilder(labels.EmptyLabels())
 	for job, js := range f.jobs {
 		cfg := f.cfgs[job]
 		if cfg == nil || !js.dirty {
 			continue
 		}
-		changed = true
+		p.changed = true
 		invalid, err := computeEntries(js, cfg, lb)
 		f.metrics.invalid.WithLabelValues(job).Set(float64(invalid))
 		if invalid > 0 {
 			f.logger.Warn("Ignoring invalid targets", "job", job, "count", invalid, "first_err", err)
 		}
 	}
+}
 
-	// The set of valid keys changes only with discovery or configuration;
-	// a ring change alone reuses it.
-	rebuildKnown := changed
-	var (
-		buf         = make([]string, 0, max(cur.rf, prev.rf))
-		known       = f.known
-		series      = f.series
-		owned       = make(map[uint64]int, len(f.owned))
-		ownedSeries = make(map[uint64]uint64, len(f.owned))
-		waiting     = map[uint64]waitEntry{}
-		movedIn     int
-		ownedByJob  = map[string]int{}
-		h           = f.opts.Handoff
-		activated   []Unit
-		released    *bool // Handoff.Released(cur.ring), asked once when needed
-		contested   *bool // Handoff.Contested(cur.ring), likewise
-		timedOut    int
-	)
-	isReleased := func() bool {
-		if released == nil {
-			r := h.Released(cur.ring, cfgID)
-			released = &r
-		}
-		return *released
+// collectKnown rebuilds the set of valid keys. It changes only with
+// discovery or configuration; a ring change alone reuses it.
+func (p *pass) collectKnown() {
+	if !p.changed {
+		return
 	}
-	isContested := func() bool {
-		if contested == nil {
-			c := h.Contested(cur.ring, cfgID)
-			contested = &c
+	f := p.f
+	p.known = make(map[uint64]struct{}, len(f.known))
+	for job, js := range f.jobs {
+		if f.cfgs[job] == nil {
+			continue
 		}
-		return *contested
-	}
-	if rebuildKnown {
-		known = make(map[uint64]struct{}, len(f.known))
-		series = make(map[uint64]uint64, len(f.series))
-		for job, js := range f.jobs {
-			if f.cfgs[job] == nil {
-				continue
-			}
-			for _, e := range js.entries {
-				if e.reason != "" {
-					continue
-				}
-				known[e.key] = struct{}{}
-				if _, dup := series[e.series]; !dup {
-					series[e.series] = e.key
-				}
+		for _, e := range js.entries {
+			if e.reason == "" {
+				p.known[e.key] = struct{}{}
 			}
 		}
 	}
-	// movedFrom reports whether the series of e was known before under
-	// another key, now gone (a reload or relabelling changed the target's
-	// URL), and whether a peer may still be scraping it under that key: then
-	// it is a hand-off like any other.
-	movedFrom := func(e entry) (moved, byOther bool) {
-		old, ok := f.series[e.series]
-		if !ok || old == e.key {
-			return false, false
-		}
-		if _, still := known[old]; still {
-			return false, false
-		}
-		return true, prev.ownedByOther(entry{key: old}, buf)
-	}
-	out = make(map[string][]*targetgroup.Group, len(f.jobs))
+}
+
+// decide passes on, per job, the targets this node scrapes now.
+func (p *pass) decide() map[string][]*targetgroup.Group {
+	f := p.f
+	out := make(map[string][]*targetgroup.Group, len(f.jobs))
 	for job, js := range f.jobs {
 		if f.cfgs[job] == nil {
 			continue
 		}
 		discovered := 0
-		for _, g := range js.groups {
-			if g != nil {
-				discovered += len(g.Targets)
-			}
-		}
-		f.metrics.discovered.WithLabelValues(job).Set(float64(discovered))
-
 		filtered := make([]*targetgroup.Group, len(js.groups))
 		for gi, g := range js.groups {
 			if g == nil {
 				filtered[gi] = &targetgroup.Group{}
 				continue
 			}
+			discovered += len(g.Targets)
 			filtered[gi] = &targetgroup.Group{Source: g.Source, Labels: g.Labels}
 		}
+		f.metrics.discovered.WithLabelValues(job).Set(float64(discovered))
 		for _, e := range js.entries {
-			if e.reason != "" {
+			if e.reason != "" || !p.place(job, e) {
 				continue
 			}
-			// A key seen before in this pass (a duplicate target) was
-			// already decided.
-			_, active := owned[e.key]
-			_, held := waiting[e.key]
-			if rank, mine := cur.rankOf(e, buf); !active && !held && mine {
-				oldRank, wasOwned := f.owned[e.key]
-				w, wasWaiting := f.waiting[e.key]
-				wasWaiting = wasWaiting && w.rank == rank
-				_, wasKnown := f.known[e.key]
-				var moved, movedByOther bool
-				if !wasKnown && !wasOwned && !wasWaiting {
-					moved, movedByOther = movedFrom(e)
-				}
-				gained := false
-				switch {
-				case wasOwned && oldRank == rank:
-					active = true
-				case wasWaiting && h != nil && !w.fixed && isReleased():
-					active, gained = true, true
-				case wasWaiting && !now.Before(w.due) && h != nil && !w.fixed && isContested():
-					waiting[e.key] = w // until Released or uncontested (Recheck)
-				case wasWaiting && !now.Before(w.due):
-					active, gained = true, true
-					if h != nil {
-						timedOut++
-					}
-				case wasWaiting:
-					waiting[e.key] = w
-				case moved && movedByOther && f.opts.HandoffDelay > 0:
-					// With a new configuration the peers' fences of it
-					// release the target; a key moved by discovery alone
-					// waits the whole delay.
-					waiting[e.key] = waitEntry{due: now.Add(f.opts.HandoffDelay), rank: rank, fixed: h == nil || !cfgChanged}
-				case moved && !movedByOther && prev.participant:
-					// This node alone scraped it under its old key.
-					active = true
-				case h != nil && f.opts.HandoffDelay > 0 && !isReleased():
-					// A peer may still be scraping it: wait until every
-					// peer has fenced this ring, or the delay.
-					waiting[e.key] = waitEntry{due: now.Add(f.opts.HandoffDelay), rank: rank}
-				case h == nil && wasKnown && f.opts.HandoffDelay > 0 && prev.ownedByOther(e, buf):
-					// Someone else was scraping it: give them time to stop.
-					waiting[e.key] = waitEntry{due: now.Add(f.opts.HandoffDelay), rank: rank}
-				default:
-					// Nobody else can be scraping it.
-					active = true
-					gained = wasKnown
-				}
-				if active {
-					owned[e.key] = rank
-					ownedSeries[e.key] = e.series
-					ownedByJob[job]++
-					if gained {
-						movedIn++
-					}
-					if h != nil && !(wasOwned && oldRank == rank) {
-						activated = append(activated, Unit{Key: e.key, Rank: rank})
-					}
-				}
-			}
-			if active {
-				g := filtered[e.group]
-				tl := js.groups[e.group].Targets[e.index]
-				if h != nil {
-					replica := ""
-					if e.mode == modeAll && cur.ring != nil {
-						replica = cur.self
-					}
-					tl = f.decorate(tl, Unit{Key: e.key, Rank: owned[e.key]}, cur.rf, replica)
-				}
-				g.Targets = append(g.Targets, tl)
-			}
+			g := filtered[e.group]
+			g.Targets = append(g.Targets, p.passedOn(js.groups[e.group].Targets[e.index], e))
 		}
 		out[job] = filtered
-		f.metrics.owned.WithLabelValues(job).Set(float64(ownedByJob[job]))
+		f.metrics.owned.WithLabelValues(job).Set(float64(p.ownedByJob[job]))
 	}
+	return out
+}
 
-	// Targets we scraped and that are still discovered but no longer ours
-	// are hand-offs; the rest simply went away.
-	var (
-		handoff map[uint64]struct{}
-		lost    []Unit
-	)
-	for k, r := range f.owned {
-		if nr, still := owned[k]; still && nr == r {
+// place decides whether e is passed on now. A key seen before in this pass
+// (a duplicate target) was decided at its first target.
+func (p *pass) place(job string, e entry) bool {
+	if _, active := p.owned[e.key]; active {
+		return true
+	}
+	if _, held := p.waiting[e.key]; held {
+		return false
+	}
+	rank, mine := p.cur.rankOf(e, p.buf)
+	if !mine {
+		return false
+	}
+	oldRank, wasOwned := p.f.owned[e.key]
+	kept := wasOwned && oldRank == rank
+	active, gained := kept, false
+	if !kept {
+		active, gained = p.admit(e, rank)
+	}
+	if !active {
+		return false
+	}
+	p.owned[e.key] = rank
+	p.ownedURL[e.key] = e.url
+	p.ownedByJob[job]++
+	if gained {
+		p.movedIn++
+	}
+	if p.h != nil && !kept {
+		p.activated = append(p.activated, Unit{Key: e.key, Rank: rank})
+	}
+	if old := p.f.ownedURL[e.key]; kept && old != "" && old != e.url {
+		p.rescraped[e.key] = struct{}{}
+	}
+	return true
+}
+
+// admit decides a target this node owns under cur at rank and did not
+// scrape at that rank: whether it starts now, and whether a peer may have
+// scraped it before (gained), or waits for the hand-off.
+func (p *pass) admit(e entry, rank int) (active, gained bool) {
+	if w, ok := p.f.waiting[e.key]; ok && w.rank == rank {
+		return p.afterWait(e.key, w)
+	}
+	_, wasKnown := p.f.known[e.key]
+	if p.mustWait(e, wasKnown) {
+		p.waiting[e.key] = waitEntry{due: p.now.Add(p.f.opts.HandoffDelay), rank: rank}
+		return false, false
+	}
+	return true, wasKnown
+}
+
+// mustWait reports whether a target gained now waits: with Handoff until
+// every peer has fenced cur (Released), without one (tests) while the
+// previous ring gave it to another node; never without a delay.
+func (p *pass) mustWait(e entry, wasKnown bool) bool {
+	switch {
+	case p.f.opts.HandoffDelay <= 0:
+		return false
+	case p.h != nil:
+		return !p.isReleased()
+	default:
+		return wasKnown && p.prev.ownedByOther(e, p.buf)
+	}
+}
+
+// afterWait decides a target that was waiting: it starts once Released,
+// or once its delay is over unless Contested says a peer may still scrape
+// it (then Recheck, not a timer, asks again).
+func (p *pass) afterWait(key uint64, w waitEntry) (active, gained bool) {
+	switch {
+	case p.h != nil && p.isReleased():
+		return true, true
+	case p.now.Before(w.due):
+	case p.h != nil && p.isContested():
+	default:
+		if p.h != nil {
+			p.timedOut++
+		}
+		return true, true
+	}
+	p.waiting[key] = w
+	return false, false
+}
+
+func (p *pass) isReleased() bool {
+	if p.released == nil {
+		r := p.h.Released(p.cur.ring, p.cfgID)
+		p.released = &r
+	}
+	return *p.released
+}
+
+func (p *pass) isContested() bool {
+	if p.contested == nil {
+		c := p.h.Contested(p.cur.ring, p.cfgID)
+		p.contested = &c
+	}
+	return *p.contested
+}
+
+// passedOn is the target as passed on: with Handoff it carries its unit
+// and, where configured, the replica label.
+func (p *pass) passedOn(tl model.LabelSet, e entry) model.LabelSet {
+	if p.h == nil {
+		return tl
+	}
+	replica := ""
+	if e.mode == modeAll && p.cur.ring != nil {
+		replica = p.cur.self
+	}
+	return p.f.decorate(tl, Unit{Key: e.key, Rank: p.owned[e.key]}, p.cur.rf, replica)
+}
+
+// collectLost lists the units passed on before and not now. Those still
+// discovered are handed off (fenced, no staleness markers: the new owner
+// continues their series); the rest went away.
+func (p *pass) collectLost() (lost []Unit, handoff map[uint64]struct{}) {
+	handoff = map[uint64]struct{}{}
+	for k, r := range p.f.owned {
+		if nr, still := p.owned[k]; still && nr == r {
 			continue
 		}
-		changed = true
-		_, stillKnown := known[k]
-		// A key that went away while its series is still discovered under
-		// another key moved: it is handed off, not stopped.
-		s, hadSeries := f.ownedSeries[k]
-		nk, seriesKnown := series[s]
-		if stillKnown || (hadSeries && seriesKnown && nk != k) {
-			if handoff == nil {
-				handoff = map[uint64]struct{}{}
-			}
+		p.changed = true
+		if _, stillKnown := p.known[k]; stillKnown {
 			handoff[k] = struct{}{}
 			lost = append(lost, Unit{Key: k, Rank: r})
 		}
 	}
-	if movedIn > 0 || len(owned) != len(f.owned) {
-		changed = true
+	if p.movedIn > 0 || len(p.owned) != len(p.f.owned) || len(p.rescraped) > 0 {
+		p.changed = true
 	}
-	for _, w := range waiting {
-		// A contested target past its due waits for Recheck, not a timer.
-		if w.due.After(now) && (next.IsZero() || w.due.Before(next)) {
+	return lost, handoff
+}
+
+// nextDue is when the first waiting target's delay ends (zero: none). A
+// contested target past its due waits for Recheck, not a timer.
+func (p *pass) nextDue() (next time.Time) {
+	for _, w := range p.waiting {
+		if w.due.After(p.now) && (next.IsZero() || w.due.Before(next)) {
 			next = w.due
 		}
 	}
-	f.owned, f.waiting, f.known, f.applied = owned, waiting, known, cur
-	f.series, f.ownedSeries, f.appliedCfg = series, ownedSeries, cfgID
-	mgr := f.mgr
-	f.mu.Unlock()
+	return next
+}
 
-	if h != nil {
-		f.mu.Lock()
-		if f.work == nil {
-			f.work = &handoffWork{}
-		}
-		f.work.lost = append(f.work.lost, lost...)
-		f.work.activated = append(f.work.activated, activated...)
-		f.work.ring, f.work.config, f.work.participant = cur.ring, cfgID, cur.participant
-		f.mu.Unlock()
-		if timedOut > 0 {
-			f.metrics.gateTimeouts.Add(float64(timedOut))
-			f.logger.Warn("Started gained targets after --cluster.handoff-delay without every peer having fenced them",
-				"targets", timedOut, "delay", f.opts.HandoffDelay)
-		}
+// report updates the metrics and logs what the pass moved.
+func (p *pass) report(movedOut int) {
+	f := p.f
+	if p.timedOut > 0 {
+		f.metrics.gateTimeouts.Add(float64(p.timedOut))
+		f.logger.Warn("Started gained targets after --cluster.handoff-delay without every peer having fenced them",
+			"targets", p.timedOut, "delay", f.opts.HandoffDelay)
 	}
-
+	ringChanged := p.prev != p.cur
 	if ringChanged {
-		f.metrics.setRing(cur)
+		f.metrics.setRing(p.cur)
 	}
-
-	if len(handoff) > 0 && mgr != nil {
-		f.disableStaleness(mgr, handoff)
-	}
-	f.metrics.movedIn.Add(float64(movedIn))
-	f.metrics.movedOut.Add(float64(len(handoff)))
-	if movedIn > 0 || len(handoff) > 0 {
+	f.metrics.movedIn.Add(float64(p.movedIn))
+	f.metrics.movedOut.Add(float64(movedOut))
+	if p.movedIn > 0 || movedOut > 0 {
 		f.logger.Info("Ring change moved targets",
-			"moved_in", movedIn, "moved_out", len(handoff), "waiting_for_handoff", len(waiting),
-			"owned", len(owned), "discovered", len(known), "ring_nodes", ringLen(cur.ring),
-			"participant", cur.participant)
-	} else if len(waiting) > 0 && ringChanged {
+			"moved_in", p.movedIn, "moved_out", movedOut, "waiting_for_handoff", len(p.waiting),
+			"owned", len(p.owned), "discovered", len(p.known), "ring_nodes", ringLen(p.cur.ring),
+			"participant", p.cur.participant)
+	} else if len(p.waiting) > 0 && ringChanged {
 		f.logger.Info("Ring change: holding gained targets back for hand-off",
-			"waiting_for_handoff", len(waiting), "delay", f.opts.HandoffDelay)
+			"waiting_for_handoff", len(p.waiting), "delay", f.opts.HandoffDelay)
 	}
-	return out, changed, next
 }
 
 // handoffWork is what a re-filter leaves for Run to do with Handoff.
@@ -890,16 +932,19 @@ func (f *Filter) decorate(tl model.LabelSet, u Unit, rf int, replica string) mod
 
 // disableStaleness finds the running scrape targets with the given keys and
 // tells the scrape manager not to write end-of-run staleness markers for
-// them: their new owner continues the series. A running target is known by
-// its unit label where it has one: after a reload the scrape manager may
-// run it with the new configuration (a new URL) until the next sync.
+// them: their new owner, or the loop that replaces them with a new scrape
+// URL, continues the series. A running target is known by its unit label,
+// or else by its labels' key.
 func (f *Filter) disableStaleness(mgr ScrapeManager, keys map[uint64]struct{}) {
+	lb := labels.NewBuilder(labels.EmptyLabels())
 	for job, targets := range mgr.TargetsActive() {
 		var moved []*promscrape.Target
 		for _, t := range targets {
-			k := TargetKey(job, t.URL())
+			var k uint64
 			if u, err := ParseUnit(t.GetValue(UnitLabel)); err == nil {
 				k = u.Key
+			} else {
+				k = LabelsKey(t.Labels(lb))
 			}
 			if _, ok := keys[k]; ok {
 				moved = append(moved, t)

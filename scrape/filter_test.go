@@ -12,12 +12,16 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/common/promslog"
 	"github.com/prometheus/prometheus/discovery/targetgroup"
+	"github.com/prometheus/prometheus/model/labels"
 	promscrape "github.com/prometheus/prometheus/scrape"
 
 	"github.com/shoal-dev/shoal/ring"
 )
 
-func TestTargetKey(t *testing.T) {
+// TestKeyFollowsLabelsNotURL: a target is placed by its series identity,
+// so what changes only how it is scraped (params, path, scheme) keeps its
+// key, and replicas whose configurations differ there agree on its owner.
+func TestKeyFollowsLabelsNotURL(t *testing.T) {
 	cfg := loadConfig(t, `
 scrape_configs:
   - job_name: k8s
@@ -53,8 +57,9 @@ scrape_configs:
 		t.Fatalf("final labels %v lack pod", final0)
 	}
 	// The key is exactly what tools compute from a promscrape.Target.
-	if k := TargetKey("k8s", promscrape.NewTarget(final0, job, base, nil).URL()); k != key0 {
-		t.Fatalf("TargetKey=%x, KeyFor=%x", k, key0)
+	var lb labels.Builder
+	if k := LabelsKey(promscrape.NewTarget(final0, job, base, nil).Labels(&lb)); k != key0 {
+		t.Fatalf("LabelsKey=%x, KeyFor=%x", k, key0)
 	}
 
 	for _, tc := range []struct {
@@ -65,12 +70,12 @@ scrape_configs:
 	}{
 		{"volatile annotation", with("__meta_kubernetes_pod_annotation_deploy_revision", "42"), nil, true},
 		{"new meta label", with("__meta_kubernetes_pod_ready", "false"), nil, true},
-		{"pod label reaches labels, not URL", with("__meta_kubernetes_pod_name", "api-0-renamed"), nil, true},
-		{"group label", base, model.LabelSet{"zone": "b"}, true},
+		{"param via relabelling", with("__meta_kubernetes_pod_annotation_probe_target", "example.com"), nil, true},
+		{"metrics path", with(model.MetricsPathLabel, "/other"), nil, true},
+		{"scheme", with(model.SchemeLabel, "https"), nil, true},
+		{"pod label", with("__meta_kubernetes_pod_name", "api-0-renamed"), nil, false},
+		{"group label", base, model.LabelSet{"zone": "b"}, false},
 		{"address", with(model.AddressLabel, "10.1.2.4:8080"), nil, false},
-		{"param via relabelling", with("__meta_kubernetes_pod_annotation_probe_target", "example.com"), nil, false},
-		{"metrics path", with(model.MetricsPathLabel, "/other"), nil, false},
-		{"scheme", with(model.SchemeLabel, "https"), nil, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			k, _, _, err := KeyFor(nil, job, tc.ls, tc.group)
@@ -82,11 +87,11 @@ scrape_configs:
 			}
 		})
 	}
-	if TargetKeyString("a", "http://x/metrics") == TargetKeyString("b", "http://x/metrics") {
-		t.Error("the job must be part of the key")
+	if LabelsKey(labels.FromStrings("a", "bc")) == LabelsKey(labels.FromStrings("ab", "c")) {
+		t.Error("label names and values must be separated")
 	}
-	if TargetKeyString("ab", "c") == TargetKeyString("a", "bc") {
-		t.Error("job and URL must be separated")
+	if LabelsKey(labels.FromStrings("__address__", "x", "job", "a")) != LabelsKey(labels.FromStrings("job", "a")) {
+		t.Error("internal labels must not count")
 	}
 }
 
@@ -443,7 +448,8 @@ func TestConfigReload(t *testing.T) {
 	if _, ok := o["unknown"]; ok {
 		t.Fatal("a job without scrape config was passed on")
 	}
-	// The app job goes away and node changes its metrics path: new keys.
+	// The app job goes away and node changes its metrics path: its series,
+	// so its keys, stay.
 	before := map[uint64]bool{}
 	for _, ti := range h.f.Targets() {
 		before[ti.Key] = true
@@ -453,7 +459,7 @@ func TestConfigReload(t *testing.T) {
 	}
 	o = h.waitOutput(t, 5*time.Second, "node only", func(o tsets) bool { return count(o) == 10 && len(o) == 1 })
 	for _, ti := range h.f.Targets() {
-		if ti.Job != "node" || before[ti.Key] || !strings.HasSuffix(ti.ScrapeURL, "/m2") {
+		if ti.Job != "node" || !before[ti.Key] || !strings.HasSuffix(ti.ScrapeURL, "/m2") {
 			t.Fatalf("after reload: %+v", ti)
 		}
 	}

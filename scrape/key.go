@@ -2,7 +2,6 @@ package scrape
 
 import (
 	"errors"
-	"net/url"
 	"slices"
 	"strings"
 
@@ -14,20 +13,34 @@ import (
 	"go.yaml.in/yaml/v2"
 )
 
-// TargetKey returns the ring key of a target: xxhash64 of the job name, a
-// 0xff byte and the target's final scrape URL. u is the URL Prometheus
-// scrapes, as returned by (*promscrape.Target).URL().
-func TargetKey(job string, u *url.URL) uint64 {
-	return keyOf(job, u.String())
+// LabelsKey returns the ring key of a target: xxhash64 over its final
+// labels after relabelling, without the internal "__" ones, which is the
+// identity of the series its samples belong to. A target is placed by what
+// it is, not by how it is scraped: a change of scheme, path, params or
+// client settings never moves it, so replicas whose configurations differ
+// in such settings (a reload that has reached some of them, a rolling
+// restart) still agree on its owner. A key moves only when the series do;
+// two replicas then never write one series under two keys.
+func LabelsKey(final labels.Labels) uint64 {
+	var d xxhash.Digest
+	d.Reset()
+	_, _ = d.WriteString("shoal-target\xff")
+	final.Range(func(l labels.Label) {
+		if strings.HasPrefix(l.Name, model.ReservedLabelPrefix) {
+			return
+		}
+		_, _ = d.WriteString(l.Name)
+		_, _ = d.WriteString("\xff")
+		_, _ = d.WriteString(l.Value)
+		_, _ = d.WriteString("\xff")
+	})
+	return d.Sum64()
 }
 
-// TargetKeyString is TargetKey for a URL already rendered with
-// (*url.URL).String().
+// TargetKeyString hashes a job name and a scrape URL the way keys were
+// made before they followed labels. Nothing places by it any more; the
+// benchmark simulator uses it for synthetic, uniformly spread keys.
 func TargetKeyString(job, scrapeURL string) uint64 {
-	return keyOf(job, scrapeURL)
-}
-
-func keyOf(job, scrapeURL string) uint64 {
 	var d xxhash.Digest
 	d.Reset()
 	_, _ = d.WriteString(job)
@@ -41,7 +54,8 @@ func keyOf(job, scrapeURL string) uint64 {
 var ErrDropped = errors.New("target dropped by relabelling")
 
 // KeyFor runs Prometheus' own target preparation (PopulateLabels, with the
-// job's relabel_configs) on one discovered target and returns its key, its
+// job's relabel_configs) on one discovered target and returns its key
+// (LabelsKey of the final labels), its
 // final scrape URL and its final labels. It returns ErrDropped when
 // relabelling drops the target and another error when the target is invalid
 // (no address, bad interval, ...). lb may be nil; passing one reuses it.
@@ -57,36 +71,18 @@ func KeyFor(lb *labels.Builder, cfg *config.ScrapeConfig, targetLabels, groupLab
 		return 0, "", final, ErrDropped
 	}
 	scrapeURL = promscrape.NewTarget(final, cfg, targetLabels, groupLabels).URL().String()
-	return keyOf(cfg.JobName, scrapeURL), scrapeURL, final, nil
+	return LabelsKey(final), scrapeURL, final, nil
 }
 
-// seriesID identifies the series a target's samples belong to: its final
-// labels without the internal "__" ones, as Prometheus puts them on samples.
-// Two keys with one seriesID are one target whose URL changed.
-func seriesID(final labels.Labels) uint64 {
-	var d xxhash.Digest
-	d.Reset()
-	final.Range(func(l labels.Label) {
-		if strings.HasPrefix(l.Name, model.ReservedLabelPrefix) {
-			return
-		}
-		_, _ = d.WriteString(l.Name)
-		_, _ = d.WriteString("\xff")
-		_, _ = d.WriteString(l.Value)
-		_, _ = d.WriteString("\xff")
-	})
-	return d.Sum64()
-}
-
-// ConfigID identifies what of a set of scrape configurations decides the
-// target keys: per job, its name, scheme, metrics path, params and target
-// relabelling. It is equal on every node that loaded configurations that
-// key targets alike (in any order), never zero. The hand-off uses it to tell
-// whether the peers have applied a reload that may have moved targets to
-// other keys. Discovery, client and limit settings are left out on purpose:
-// they may differ between replicas (a file path per pod, say) without moving
-// any key, and a difference here makes every gained target wait for the
-// hand-off delay and every hold for the peers' next fence.
+// ConfigID identifies what of a set of scrape configurations decides which
+// targets exist and what is scraped from them: per job, its name, scheme,
+// metrics path, params and target relabelling. It is equal on every node
+// that loaded configurations alike in these (in any order), never zero.
+// Nodes announce it with their fences, so that a replica running another
+// scrape configuration shows as drift (placement.Drift). Keys do not depend
+// on it (see LabelsKey). Discovery, client and limit settings are left out
+// on purpose: they may differ between replicas (a file path per pod, say)
+// without changing what is scraped.
 func ConfigID(scfgs []*config.ScrapeConfig) uint64 {
 	type keyed struct {
 		Job         string              `yaml:"job"`

@@ -9,7 +9,6 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/config"
 	"github.com/prometheus/prometheus/model/labels"
@@ -18,68 +17,66 @@ import (
 	"github.com/shoal-dev/shoal/ring"
 )
 
-// A reload that changes a job's metrics path changes every target's key but
-// not its series (job and instance stay). When the new key belongs to
-// another node, that node starts the target at once (nothing is gated: the
-// ring did not change), so this node must at least fence the old unit and
-// write no end-of-run staleness markers for it, as for any hand-off.
-// Otherwise the old key counts as "went away", and the receiver gets this
-// node's last samples and NaN markers interleaved with the new owner's first
-// samples of the same series. (Found in review.)
-func TestReloadMovingKeyFencesOldUnit(t *testing.T) {
+// A reload that changes a job's metrics path changes every target's scrape
+// URL but not its series (job and instance stay), so not its key: the owner
+// keeps it, nothing is fenced or gated, and the loop the scrape manager
+// replaces writes no end-of-run staleness markers, which would otherwise
+// land among the new loop's first samples of the same series.
+func TestReloadChangingURLKeepsOwner(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const before = "scrape_configs:\n  - job_name: app\n    metrics_path: /x\n"
 		const after = "scrape_configs:\n  - job_name: app\n    metrics_path: /y\n"
 		cfg1, cfg2 := loadConfig(t, before), loadConfig(t, after)
 		sc1, _ := cfg1.GetScrapeConfigs()
-		sc2, _ := cfg2.GetScrapeConfigs()
 		both := ring.New([]string{"a", "b"}, 0)
-		lb := labels.NewBuilder(labels.EmptyLabels())
 		var tl model.LabelSet
-		var k1 uint64
 		var final labels.Labels
 		for i := range 1000 {
-			c := addr(i)
-			a, _, f1, err1 := KeyFor(lb, sc1[0], c, nil)
-			b, _, _, err2 := KeyFor(lb, sc2[0], c, nil)
-			if err1 == nil && err2 == nil && slices.Equal(both.Owners(a, 1, nil), []string{"a"}) && slices.Equal(both.Owners(b, 1, nil), []string{"b"}) {
-				tl, k1, final = c, a, f1
+			k, _, f1, err := KeyFor(nil, sc1[0], addr(i), nil)
+			if err == nil && slices.Equal(both.Owners(k, 1, nil), []string{"a"}) {
+				tl, final = addr(i), f1
 				break
 			}
 		}
 		if tl == nil {
-			t.Fatal("no target moving from a to b with the path")
+			t.Fatal("no target owned by a")
 		}
-
-		ho := &recordingHandoff{released: true}
-		mgr := &oneTargetMgr{}
-		h := startFilter(t, FilterOptions{RingCoalesce: -1, Handoff: ho}, mgr, cfg1)
-		h.f.SetRing(both, "a", 1, true)
-		h.send(t, tsets{"app": {{Source: "s", Targets: []model.LabelSet{tl}}}})
-		if o, ok := readNow(t, h); !ok || count(o) != 1 {
-			t.Fatalf("target not owned before the reload: %v", o)
-		}
-		// Running as the scrape manager would run it (old path).
-		mgr.set("app", promscrape.NewTarget(final, sc1[0], nil, nil))
-		ho.take()
-
-		if err := h.f.ApplyConfig(cfg2); err != nil {
-			t.Fatal(err)
-		}
-		if o, ok := readNow(t, h); !ok || count(o) != 0 {
-			t.Fatalf("target still owned after the reload: %v", o)
-		}
-		// The staleness decision is taken while the old loop still runs.
-		disabled := mgr.disabledCount()
-		mgr.set("app", nil)
-		time.Sleep(2 * StopWait)
-		synctest.Wait()
-		_, fenced, _ := ho.take()
-		if !slices.Contains(fenced, Unit{Key: k1}) {
-			t.Errorf("old unit %v not fenced after a reload moved its series to b (fenced %v)", Unit{Key: k1}, fenced)
-		}
-		if disabled == 0 {
-			t.Error("end-of-run staleness markers not disabled for a series that b continues")
+		for _, self := range []string{"a", "b"} {
+			ho := &recordingHandoff{released: true}
+			mgr := &oneTargetMgr{}
+			h := startFilter(t, FilterOptions{RingCoalesce: -1, Handoff: ho, HandoffDelay: time.Hour}, mgr, cfg1)
+			h.f.SetRing(both, self, 1, true)
+			h.send(t, tsets{"app": {{Source: "s", Targets: []model.LabelSet{tl}}}})
+			want := 0
+			if self == "a" {
+				want = 1
+			}
+			if o, ok := readNow(t, h); !ok || count(o) != want {
+				t.Fatalf("%s: %d targets before the reload, want %d: %v", self, count(o), want, o)
+			}
+			if self == "a" {
+				// Running as the scrape manager would run it (old path).
+				mgr.set("app", promscrape.NewTarget(final, sc1[0], nil, nil))
+			}
+			ho.take()
+			ho.set(false) // the peer has not reloaded: nothing may wait for it
+			if err := h.f.ApplyConfig(cfg2); err != nil {
+				t.Fatal(err)
+			}
+			o, ok := readNow(t, h)
+			if !ok || count(o) != want {
+				t.Fatalf("%s: %d targets after the reload, want %d: %v", self, count(o), want, o)
+			}
+			synctest.Wait()
+			if _, fenced, act := ho.take(); len(fenced) != 0 || len(act) != 0 {
+				t.Errorf("%s: the reload fenced %v and activated %v; it moves nothing", self, fenced, act)
+			}
+			if ti := h.f.Targets(); len(ti) != 1 || ti[0].DropReason == ReasonWaitingHandoff {
+				t.Errorf("%s: target waits for a hand-off after a reload that moves nothing: %+v", self, ti)
+			}
+			if d := mgr.disabledCount(); d != want {
+				t.Errorf("%s: end-of-run staleness markers disabled for %d loops, want %d (the replaced one)", self, d, want)
+			}
 		}
 	})
 }
@@ -161,67 +158,10 @@ func keyUnder(sc *config.ScrapeConfig) func(model.LabelSet) (uint64, error) {
 	}
 }
 
-// The gaining side of a reload that moves a key: the new owner holds the
-// target back until every peer has fenced under the new configuration (the
-// old owner has stopped it), bounded by the hand-off delay.
-func TestReloadMovingKeyGatesNewOwner(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		cfg1 := loadConfig(t, "scrape_configs:\n  - job_name: app\n    metrics_path: /x\n")
-		cfg2 := loadConfig(t, "scrape_configs:\n  - job_name: app\n    metrics_path: /y\n")
-		sc1, _ := cfg1.GetScrapeConfigs()
-		sc2, _ := cfg2.GetScrapeConfigs()
-		id1, id2 := ConfigID(sc1), ConfigID(sc2)
-		if id1 == id2 {
-			t.Fatal("two configurations with one ConfigID")
-		}
-		both := ring.New([]string{"a", "b"}, 0)
-		tl := movingTarget(t, both, "a", "b", keyUnder(sc1[0]), keyUnder(sc2[0]))
-
-		for _, peerFences := range []bool{true, false} {
-			ho := &configHandoff{released: id1}
-			h := startFilter(t, FilterOptions{RingCoalesce: -1, Handoff: ho, HandoffDelay: 2 * time.Second}, nil, cfg1)
-			h.f.SetRing(both, "b", 1, true)
-			h.send(t, tsets{"app": {{Source: "s", Targets: []model.LabelSet{tl}}}})
-			if o, ok := readNow(t, h); !ok || count(o) != 0 {
-				t.Fatalf("b owns the target before the reload: %v", o)
-			}
-			if err := h.f.ApplyConfig(cfg2); err != nil {
-				t.Fatal(err)
-			}
-			if o, ok := readNow(t, h); ok && count(o) != 0 {
-				t.Fatal("b started the moved target before a fenced under the new configuration")
-			}
-			if ti := h.f.Targets(); len(ti) != 1 || ti[0].DropReason != ReasonWaitingHandoff {
-				t.Fatalf("target not waiting for hand-off: %+v", ti)
-			}
-			if peerFences {
-				ho.release(id2)
-				h.f.Recheck()
-			} else {
-				time.Sleep(2 * time.Second)
-			}
-			if o, ok := readNow(t, h); !ok || count(o) != 1 {
-				t.Fatalf("peer fenced %v: moved target not started: %v", peerFences, o)
-			}
-			if _, _, act := ho.take(); len(act) != 1 {
-				t.Fatalf("activated %v, want the moved unit", act)
-			}
-			want := 0.0
-			if !peerFences {
-				want = 1
-			}
-			if v := testutil.ToFloat64(h.f.metrics.gateTimeouts); v != want {
-				t.Fatalf("shoal_handoff_delay_expired_total = %v, want %v", v, want)
-			}
-		}
-	})
-}
-
 // Relabelling from a discovered label can change the URL without any
-// configuration change; the peers' fences say nothing about discovery, so
-// the new owner waits the whole hand-off delay, and the old one hands the
-// target off (fence, no staleness markers) rather than stopping it.
-func TestDiscoveryMovingKeyIsHandedOff(t *testing.T) {
+// configuration change: the key, following the series, stays, and the
+// owner goes on scraping it without a hand-off.
+func TestDiscoveryChangingURLKeepsOwner(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg := loadConfig(t, `
 scrape_configs:
@@ -230,94 +170,40 @@ scrape_configs:
       - source_labels: [__meta_path]
         target_label: __metrics_path__
 `)
-		sc, _ := cfg.GetScrapeConfigs()
 		with := func(tl model.LabelSet, path string) model.LabelSet {
 			out := maps.Clone(tl)
 			out["__meta_path"] = model.LabelValue(path)
 			return out
 		}
 		both := ring.New([]string{"a", "b"}, 0)
-		base := movingTarget(t, both, "a", "b",
-			func(tl model.LabelSet) (uint64, error) { return keyUnder(sc[0])(with(tl, "/x")) },
-			func(tl model.LabelSet) (uint64, error) { return keyUnder(sc[0])(with(tl, "/y")) })
-		before := tsets{"app": {{Source: "s", Targets: []model.LabelSet{with(base, "/x")}}}}
-		after := tsets{"app": {{Source: "s", Targets: []model.LabelSet{with(base, "/y")}}}}
-
-		// New owner b: peers "released" everything, still it waits the delay.
-		ho := &recordingHandoff{released: true}
-		hb := startFilter(t, FilterOptions{RingCoalesce: -1, Handoff: ho, HandoffDelay: 2 * time.Second}, nil, cfg)
-		hb.f.SetRing(both, "b", 1, true)
-		hb.send(t, before)
-		if o, ok := readNow(t, hb); !ok || count(o) != 0 {
-			t.Fatalf("b owns the target before the move: %v", o)
-		}
-		hb.send(t, after)
-		if o, ok := readNow(t, hb); ok && count(o) != 0 {
-			t.Fatal("b started a target whose key discovery moved from a without the hand-off delay")
-		}
-		time.Sleep(2 * time.Second)
-		if o, ok := readNow(t, hb); !ok || count(o) != 1 {
-			t.Fatalf("moved target not started after the hand-off delay: %v", o)
-		}
-
-		// Old owner a: the old unit is fenced, its staleness markers off.
-		hoA := &recordingHandoff{released: true}
-		mgr := &oneTargetMgr{}
-		ha := startFilter(t, FilterOptions{RingCoalesce: -1, Handoff: hoA}, mgr, cfg)
-		ha.f.SetRing(both, "a", 1, true)
-		ha.send(t, before)
-		o, ok := readNow(t, ha)
-		if !ok || count(o) != 1 {
-			t.Fatalf("a does not own the target before the move: %v", o)
-		}
-		running := o["app"][0].Targets[0]
-		_, _, final, err := KeyFor(nil, sc[0], running, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		mgr.set("app", promscrape.NewTarget(final, sc[0], running, nil))
-		u, _ := ParseUnit(string(running[UnitLabel]))
-		hoA.take()
-		ha.send(t, after)
-		if o, ok := readNow(t, ha); !ok || count(o) != 0 {
-			t.Fatalf("a still owns the target after the move: %v", o)
-		}
-		disabled := mgr.disabledCount()
-		mgr.set("app", nil)
-		synctest.Wait()
-		if _, fenced, _ := hoA.take(); !slices.Contains(fenced, u) {
-			t.Errorf("old unit %v not fenced after discovery moved it (fenced %v)", u, fenced)
-		}
-		if disabled != 1 {
-			t.Errorf("staleness markers disabled for %d targets, want the moved one", disabled)
-		}
-	})
-}
-
-// A target whose key changes but stays on this node is not held back: no
-// one else was scraping it.
-func TestReloadMovingKeyLocallyStartsAtOnce(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		cfg1 := loadConfig(t, "scrape_configs:\n  - job_name: app\n    metrics_path: /x\n")
-		cfg2 := loadConfig(t, "scrape_configs:\n  - job_name: app\n    metrics_path: /y\n")
-		sc1, _ := cfg1.GetScrapeConfigs()
-		sc2, _ := cfg2.GetScrapeConfigs()
-		both := ring.New([]string{"a", "b"}, 0)
-		tl := movingTarget(t, both, "a", "a", keyUnder(sc1[0]), keyUnder(sc2[0]))
-		ho := &configHandoff{released: ConfigID(sc1)}
-		h := startFilter(t, FilterOptions{RingCoalesce: -1, Handoff: ho, HandoffDelay: 2 * time.Second}, nil, cfg1)
-		h.f.SetRing(both, "a", 1, true)
-		h.send(t, tsets{"app": {{Source: "s", Targets: []model.LabelSet{tl}}}})
-		if o, ok := readNow(t, h); !ok || count(o) != 1 {
-			t.Fatalf("a does not own the target: %v", o)
-		}
-		if err := h.f.ApplyConfig(cfg2); err != nil {
-			t.Fatal(err)
-		}
-		// Not released under cfg2 (the peer has not reloaded): a brand-new
-		// key would wait, but this one's series was a's own.
-		if o, ok := readNow(t, h); !ok || count(o) != 1 {
-			t.Fatalf("target whose key moved within a not passed on at once: %v", o)
+		for _, self := range []string{"a", "b"} {
+			ho := &recordingHandoff{released: true}
+			h := startFilter(t, FilterOptions{RingCoalesce: -1, Handoff: ho, HandoffDelay: time.Hour}, nil, cfg)
+			h.f.SetRing(both, self, 1, true)
+			var tgs []model.LabelSet
+			for i := range 20 {
+				tgs = append(tgs, with(addr(i), "/x"))
+			}
+			h.send(t, tsets{"app": {{Source: "s", Targets: tgs}}})
+			o, ok := readNow(t, h)
+			if !ok {
+				t.Fatal("no output")
+			}
+			owned := addresses(o)
+			for i := range tgs {
+				tgs[i] = with(addr(i), "/y")
+			}
+			ho.take()
+			ho.set(false)
+			h.send(t, tsets{"app": {{Source: "s", Targets: tgs}}})
+			o, ok = readNow(t, h)
+			if !ok || !slices.Equal(addresses(o)["app"], owned["app"]) || len(owned["app"]) == 0 {
+				t.Fatalf("%s: owned %v before the path changed, %v after", self, owned, addresses(o))
+			}
+			synctest.Wait()
+			if _, fenced, act := ho.take(); len(fenced) != 0 || len(act) != 0 {
+				t.Errorf("%s: fenced %v and activated %v; nothing moved", self, fenced, act)
+			}
 		}
 	})
 }
