@@ -13,6 +13,7 @@ type metrics struct {
 	holdSeconds                prometheus.Histogram
 	holdTimeouts               prometheus.Counter
 	contested, contestTimeouts prometheus.Counter
+	driftPeers                 prometheus.Gauge
 	// ModeBounded.
 	published, placed, load, limit prometheus.Gauge
 	generations                    prometheus.Counter
@@ -50,6 +51,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "shoal_handoff_contest_timeouts_total",
 			Help: "Such waits ended by --cluster.handoff-timeout rather than by the peers' fences: gained targets started although a peer still followed another placement.",
 		}),
+		driftPeers: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "shoal_cluster_config_drift_peers",
+			Help: "Live peers whose last announced scrape configuration (jobs, scheme, path, params, relabelling) differs from this node's; the ClusterConfigurationDrift alert fires when it stays above 0.",
+		}),
 		published: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "shoal_placement_weights_published",
 			Help: "Per-target weights this node publishes (--cluster.placement=bounded): the targets it scrapes as primary, and lost ones until their new owner publishes them.",
@@ -71,7 +76,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Bounded-load placements built because the participants or the published weights changed; each is a hand-off generation.",
 		}),
 	}
-	cs := []prometheus.Collector{m.fencedSeq, m.ackedSeq, m.holds, m.holdSeconds, m.holdTimeouts, m.contested, m.contestTimeouts,
+	cs := []prometheus.Collector{m.fencedSeq, m.ackedSeq, m.holds, m.holdSeconds, m.holdTimeouts, m.contested, m.contestTimeouts, m.driftPeers,
 		m.published, m.placed, m.load, m.limit, m.generations}
 	g, err := promreg.Register(reg, cs...)
 	if err != nil {

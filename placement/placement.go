@@ -21,8 +21,9 @@
 //     "fenced seq/ring" and, once the queues have acknowledged that position,
 //     "acked seq".
 //   - Gaining side: a gained target starts when every live peer, viewers
-//     included, has fenced the view it was gained under (Released: the ring
-//     and the scrape configuration, ViewID), or after
+//     included, has fenced the placement generation it was gained under
+//     (Released; whatever scrape configuration the peer runs, see drift.go),
+//     or after
 //     --cluster.handoff-delay, unless a participating peer follows another
 //     placement generation (Contested): then it waits until that peer
 //     fences this one or leaves, at most --cluster.handoff-timeout. On
@@ -191,11 +192,15 @@ type Coordinator struct {
 	fencedSeq   uint64
 	fencedRing  uint64
 	fencedGen   uint64 // RingID of the placement of fencedSeq
-	ackedSeq    uint64
-	finalSeq    uint64      // the fence made as a non-participant while terminating
-	pending     []fenceMark // fences not acknowledged yet, oldest first
-	holds       []*hold
-	ackedCh     chan struct{} // closed and replaced when ackedSeq moves
+	// fencedConfig is the scrape configuration (scrape.ConfigID) of
+	// fencedSeq, and lastDrift the peers last found running another.
+	fencedConfig uint64
+	lastDrift    []string
+	ackedSeq     uint64
+	finalSeq     uint64      // the fence made as a non-participant while terminating
+	pending      []fenceMark // fences not acknowledged yet, oldest first
+	holds        []*hold
+	ackedCh      chan struct{} // closed and replaced when ackedSeq moves
 	// The generation whose gained targets Contested keeps back past the
 	// hand-off delay (0: none), since when, and whether the hand-off
 	// timeout has ended that wait.
@@ -400,6 +405,7 @@ func (c *Coordinator) Run(ctx context.Context) {
 		}
 		c.updateRing()
 		c.step()
+		c.noteDrift()
 		var timerC <-chan time.Time
 		if d := c.nextWake(); d > 0 {
 			if timer == nil {
@@ -605,7 +611,11 @@ func (c *Coordinator) Fence(ctx context.Context, units []scrape.Unit) error {
 // URL moves its key without changing the ring, and the gaining node must
 // know that the peers have applied the same configuration and fenced.
 func ViewID(r scrape.Placement, config uint64) uint64 {
-	id := RingID(r)
+	return viewID(RingID(r), config)
+}
+
+// viewID is ViewID for the placement generation id.
+func viewID(id, config uint64) uint64 {
 	if config == 0 {
 		return id
 	}
@@ -646,6 +656,7 @@ func (c *Coordinator) Fenced(r scrape.Placement, config uint64, participant bool
 		c.finalSeq = c.fencedSeq
 	}
 	c.fencedGen = RingID(r)
+	c.fencedConfig = config
 	c.pending = append(c.pending, fenceMark{seq: c.fencedSeq, pos: pos})
 	wm := c.watermarksLocked()
 	c.mu.Unlock()
@@ -673,8 +684,9 @@ func (c *Coordinator) watermarksLocked() cluster.Watermarks {
 }
 
 // Released implements scrape.Handoff: every live peer that may scrape has
-// fenced r under the same scrape configuration. Dead or left nodes are not
-// waited for.
+// fenced r, whatever scrape configuration it runs (keys follow series, so a
+// peer that fenced r scrapes nothing this node owns under r). Dead or left
+// nodes are not waited for.
 func (c *Coordinator) Released(r scrape.Placement, config uint64) bool {
 	id, old := ViewID(r, config), RingID(r)
 	for _, p := range c.peersToWaitFor() {
@@ -696,10 +708,9 @@ func (c *Coordinator) Released(r scrape.Placement, config uint64) bool {
 // are made owning nothing), and at the latest --cluster.handoff-timeout
 // after it began (counted and logged), so that a peer whose view never
 // converges cannot stop targets for good. Peers that announce no
-// generation (none fenced yet, or an older version) and peers on r's
-// generation under another scrape configuration do not hold targets past
-// the delay: the former can tell nothing, the latter own only what a
-// reload moves (see ViewID), as before.
+// generation (none fenced yet, or an older version) do not hold targets
+// past the delay: they can tell nothing. Peers on r's generation under
+// another scrape configuration are released already (see Released).
 func (c *Coordinator) Contested(r scrape.Placement, config uint64) bool {
 	gen := RingID(r)
 	var who []string
@@ -740,12 +751,15 @@ func (c *Coordinator) Contested(r scrape.Placement, config uint64) bool {
 	return !expired
 }
 
-// fencedView reports whether p's last fence is of the view id. A peer of
-// the previous version announces the plain RingID (it knows no
-// configuration views, and hands off nothing on a reload): its fence of the
-// ring counts, so that a rolling upgrade does not wait for every hand-off
-// delay and hold.
+// fencedView reports whether p's last fence is of the placement generation
+// ringID, under any scrape configuration: the configuration decides which
+// series a node knows, never who owns a key. A peer that announces no
+// generation counts by its view: id, or the plain RingID of versions that
+// knew no configuration views.
 func fencedView(p cluster.Peer, id, ringID uint64) bool {
+	if p.Handoff.FencedPlacement != 0 {
+		return p.Handoff.FencedPlacement == ringID
+	}
 	return p.Handoff.FencedRing == id || p.Handoff.FencedRing == ringID
 }
 

@@ -17,7 +17,7 @@ import (
 // at Activate its own last fence is still of the old ring. The hold must
 // then wait for the peers' fences of the new ring (already made), not for
 // "their next fence", which no peer makes until the ring changes again.
-func TestReviewHoldForLateLearnerEndsWhenPeersAcked(t *testing.T) {
+func TestHoldForLateLearnerEndsWhenPeersAcked(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := start(t, Options{HandoffTimeout: time.Minute})
 		r0 := ring.New([]string{"a", "b", "c"}, 8)
