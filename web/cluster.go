@@ -49,6 +49,9 @@ type NodeStatus struct {
 	// WeighedSamplesPerSecond is, with bounded-load placement, this node's
 	// measured samples/s of the targets it scrapes as primary.
 	WeighedSamplesPerSecond float64 `json:"weighedSamplesPerSecond,omitempty"`
+	// ConfigDrift lists the live peers that announce another scrape
+	// configuration than this node's (docs/handoff.md).
+	ConfigDrift []string `json:"configDrift,omitempty"`
 	load
 }
 
@@ -68,6 +71,9 @@ func (h *Handler) nodeStatus() NodeStatus {
 		st.DiscoveryErrors = h.opts.DiscoveryErrors()
 	}
 	st.RejectedObjects = h.monitorJobs().Rejected
+	if h.opts.ConfigDrift != nil {
+		st.ConfigDrift = h.opts.ConfigDrift()
+	}
 	if h.opts.Placement != nil {
 		st.WeighedSamplesPerSecond = h.opts.Placement().WeighedRate
 	}

@@ -70,6 +70,9 @@ type Options struct {
 	// DiscoveryErrors returns the current peer and target discovery errors;
 	// nil means none are tracked.
 	DiscoveryErrors func() []discoveryerr.Error
+	// ConfigDrift returns the live peers that announce another scrape
+	// configuration than this node's; nil without clustering.
+	ConfigDrift func() []string
 	// Monitors returns the jobs generated from Prometheus Operator objects
 	// and the objects rejected; nil without --kubernetes.monitors.
 	Monitors func() MonitorJobs

@@ -419,6 +419,7 @@ func webOptions(a *agent, f *flags, scrapeView *lateScrape) web.Options {
 	}
 	if a.node != nil {
 		o.Cluster = a.node
+		o.ConfigDrift = a.configDrift
 	}
 	o.DiscoveryErrors = a.discoveryErrors
 	if f.monitors.enabled {
@@ -560,6 +561,16 @@ func (a *agent) currentRing() *ring.Ring {
 		return nil
 	}
 	return a.placement.Ring()
+}
+
+// configDrift lists the peers running another scrape configuration
+// (nil before the placement exists).
+func (a *agent) configDrift() []string {
+	// configLoaded is set after the placement exists: checking it first is race-free.
+	if !a.configLoaded.Load() || a.placement == nil {
+		return nil
+	}
+	return a.placement.ConfigDrift()
 }
 
 // placementInfo describes the placement in force for the status page.
