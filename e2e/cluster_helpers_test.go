@@ -6,6 +6,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/prometheus/model/labels"
+
+	"github.com/shoal-dev/shoal/scrape"
 )
 
 // newClusterAgents prepares n clustered agents named node-1..node-n on
@@ -30,6 +34,12 @@ func newClusterAgents(t testing.TB, n int, config string, waitForSize int) []*ag
 		}
 	}
 	return nodes
+}
+
+// targetKey is the ring key of a target of the "e2e" job at addr, with the
+// given extra target labels (name, value, ...): the key follows the labels.
+func targetKey(addr string, extra ...string) uint64 {
+	return scrape.LabelsKey(labels.FromStrings(append([]string{"instance", addr, "job", "e2e"}, extra...)...))
 }
 
 // startCluster starts the agents one after the other (each once its HTTP

@@ -12,7 +12,6 @@ import (
 
 	"github.com/shoal-dev/shoal/internal/testutil"
 	"github.com/shoal-dev/shoal/ring"
-	"github.com/shoal-dev/shoal/scrape"
 )
 
 // Load-aware placement (--cluster.placement=bounded) on real processes:
@@ -91,7 +90,7 @@ func ringSpread(targets []*target, nodes []*agent, size map[string]int) float64 
 	r := ring.New(names, 0)
 	o := ownership{}
 	for _, tg := range targets {
-		o[tg.addr] = r.Primary(scrape.TargetKeyString("e2e", "http://"+tg.addr+"/metrics"))
+		o[tg.addr] = r.Primary(targetKey(tg.addr, "source", "file_sd"))
 	}
 	_, s := loadSpread(o, nodes, size)
 	return s

@@ -22,7 +22,6 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/shoal-dev/shoal/ring"
-	shoalscrape "github.com/shoal-dev/shoal/scrape"
 
 	"github.com/shoal-dev/shoal/internal/testutil"
 )
@@ -114,7 +113,7 @@ func expectedDuplicates(targets []*target, nodes []string, odd string) []string 
 	var dups []string
 	for _, tg := range targets {
 		u := "http://" + tg.addr + "/metrics"
-		if owners := r.Owners(shoalscrape.TargetKeyString("e2e", u), 2, nil); owners[1] == odd {
+		if owners := r.Owners(targetKey(tg.addr), 2, nil); owners[1] == odd {
 			dups = append(dups, u)
 		}
 	}
