@@ -121,7 +121,10 @@ func SimulateMembers(ctx context.Context, n int, idle, timeout time.Duration) (m
 		}
 		wg.Wait()
 	}()
-	addr := func(i int) string { ip, port, _ := trs[i].FinalAdvertiseAddr("", 0); return net.JoinHostPort(ip.String(), fmt.Sprint(port)) }
+	addr := func(i int) string {
+		ip, port, _ := trs[i].FinalAdvertiseAddr("", 0)
+		return net.JoinHostPort(ip.String(), fmt.Sprint(port))
+	}
 	start := func(i int) error {
 		cfg := cluster.DefaultConfig()
 		cfg.NodeName = fmt.Sprintf("shoal-%d", i)
