@@ -423,8 +423,10 @@ func (r *run) cold(ctx context.Context) {
 		p.Doubles = r.doubles(ctx, 3)
 	}
 	r.end(ctx, p, err)
-	// The window before the first scrape is not a gap.
-	p.Gaps = r.gaps(covered, time.Now().Add(-r.o.Interval))
+	if err == nil {
+		// The window before the first scrape is not a gap.
+		p.Gaps = r.gaps(covered, time.Now().Add(-r.o.Interval))
+	}
 }
 
 func (r *run) idle(ctx context.Context) {
