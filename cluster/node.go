@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -551,15 +552,7 @@ func (n *Node) Peers() []Peer {
 	for _, p := range n.peers {
 		out = append(out, p)
 	}
-	slices.SortFunc(out, func(a, b Peer) int {
-		switch {
-		case a.Name < b.Name:
-			return -1
-		case a.Name > b.Name:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(a, b Peer) int { return cmp.Compare(a.Name, b.Name) })
 	return out
 }
 

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -101,15 +102,7 @@ func (n *Node) snapshotLocked() snapshot {
 	for _, p := range n.peers {
 		s.Members = append(s.Members, snapshotMember{Name: p.Name, Addr: p.Addr, Participant: p.State == Participant})
 	}
-	slices.SortFunc(s.Members, func(a, b snapshotMember) int {
-		switch {
-		case a.Name < b.Name:
-			return -1
-		case a.Name > b.Name:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(s.Members, func(a, b snapshotMember) int { return cmp.Compare(a.Name, b.Name) })
 	return s
 }
 
