@@ -176,3 +176,18 @@ func servedNow(targets []*target) map[string]int {
 	}
 	return m
 }
+
+// appendToFile adds text at the end of the file at path.
+func appendToFile(t testing.TB, path, text string) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString(text); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -60,15 +60,17 @@ func TestKillRightAfterAcknowledgement(t *testing.T) {
 }
 
 // TestOutageThenAuthWindow: a 10s outage (503) followed by windows of 403,
-// 401 and 404 (an auth proxy or ingress restarting) loses nothing: every
-// status is retried with backoff and the backlog arrives once the receiver
-// accepts again, with nothing failed or dropped.
+// 401 and 404 (an auth proxy or ingress restarting) loses nothing: 503 is
+// retried with backoff, the others pause the queue (the durable failure
+// policy) until the next probe, here every second, and the backlog arrives
+// once the receiver accepts again, with nothing failed or dropped.
 func TestOutageThenAuthWindow(t *testing.T) {
 	needBinary(t)
 	targets := startTargets(t, 3, 20)
 	recv := startGatedReceiver(t)
 	recv.status.Store(http.StatusServiceUnavailable)
 	cfg := durabilityConfig(t, targetAddrs(targets), recv.writeURL())
+	appendToFile(t, cfg, "    shoal: {probe_interval: 1s}\n") // the entry ends the file
 	a := newAgent(t, agentSpec{name: "outage", config: cfg})
 	a.start()
 	a.waitReady(startTimeout)
