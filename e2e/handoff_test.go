@@ -53,6 +53,19 @@ type handoffRun struct {
 
 func newHandoffRun(t *testing.T, n int) *handoffRun {
 	t.Helper()
+	h, cfg := newHandoffFixture(t)
+	h.nodes = newClusterAgents(t, n, cfg, n)
+	startCluster(t, h.nodes)
+	waitConverged(t, h.nodes, h.targets)
+	waitServed(t, h.targets, time.Now(), 2, convergeTimeout)
+	h.began = time.Now()
+	return h
+}
+
+// newHandoffFixture starts the targets and the receiver of a hand-off run
+// and writes the nodes' configuration; the run has no nodes yet.
+func newHandoffFixture(t *testing.T) (*handoffRun, string) {
+	t.Helper()
 	targets := startTargets(t, handoffTargets, handoffLoad)
 	recv := startReceiver(t)
 	cfg := writeConfig(t, t.TempDir(), configOpts{
@@ -61,11 +74,7 @@ func newHandoffRun(t *testing.T, n int) *handoffRun {
 		remoteWriteURL: recv.writeURL(),
 		defaultQueue:   true,
 	})
-	nodes := newClusterAgents(t, n, cfg, n)
-	startCluster(t, nodes)
-	waitConverged(t, nodes, targets)
-	waitServed(t, targets, time.Now(), 2, convergeTimeout)
-	return &handoffRun{t: t, targets: targets, recv: recv, nodes: nodes, began: time.Now(), failed: map[string]float64{}}
+	return &handoffRun{t: t, targets: targets, recv: recv, failed: map[string]float64{}}, cfg
 }
 
 // addNode prepares node-<k> joining every node of the run.

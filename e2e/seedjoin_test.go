@@ -16,15 +16,7 @@ import (
 // the test.
 func newSeedRun(t *testing.T, n int) *handoffRun {
 	t.Helper()
-	targets := startTargets(t, handoffTargets, handoffLoad)
-	recv := startReceiver(t)
-	cfg := writeConfig(t, t.TempDir(), configOpts{
-		targets:        targetAddrs(targets),
-		fileSD:         true,
-		remoteWriteURL: recv.writeURL(),
-		defaultQueue:   true,
-	})
-	h := &handoffRun{t: t, targets: targets, recv: recv, failed: map[string]float64{}}
+	h, cfg := newHandoffFixture(t)
 	for range n {
 		h.addSeedNode(cfg)
 	}
