@@ -157,7 +157,7 @@ func pod(name, ns, ip string, phase corev1.PodPhase, labels map[string]string) *
 
 // Only Running pods with an IP that match the selector in the namespace
 // are joined; each decoy pod's IP runs a real node that must stay apart.
-func TestKubernetesDiscovery(t *testing.T) {
+func TestPodDiscoveryJoinsOnlyMatchingRunningPods(t *testing.T) {
 	tn := newTestNet(t)
 	app := map[string]string{"app": "shoal"}
 	client := fake.NewClientset(
@@ -204,7 +204,7 @@ func TestKubernetesDiscovery(t *testing.T) {
 	}
 }
 
-func TestKubernetesSelectorIsValidated(t *testing.T) {
+func TestPodLabelSelectorIsValidated(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.ListenAddr = "127.0.0.1:0"
 	cfg.KubernetesLabelSelector = "app in (("
