@@ -80,3 +80,25 @@ spec:
 	}
 	loadJobs(t, r.YAML())
 }
+
+// TLS material that does not parse refuses the object, naming the field:
+// Prometheus could not build the HTTP client from it.
+func TestUnusableTLSMaterialRefused(t *testing.T) {
+	res := mapResolver{secrets: map[string]map[string]string{"apps/tls": {
+		"ca": tlsFixture("ca.crt"), "cert": tlsFixture("client.crt"), "key": tlsFixture("client.key"),
+		"other-key": tlsFixture("other.key"), "garbage": "not PEM",
+	}}}
+	for _, tc := range []struct{ tls, field string }{
+		{`{ca: {secret: {name: tls, key: garbage}}}`, "spec.tlsConfig.ca"},
+		{`{ca: {secret: {name: tls, key: cert}}, cert: {secret: {name: tls, key: cert}}, keySecret: {name: tls, key: other-key}}`, "spec.tlsConfig.cert"},
+		{`{cert: {secret: {name: tls, key: garbage}}, keySecret: {name: tls, key: key}}`, "spec.tlsConfig.cert"},
+	} {
+		objs := monitors.Objects{ScrapeConfigs: decode[monitoringv1alpha1.ScrapeConfig](t,
+			"metadata: {name: sc, namespace: apps}\nspec: {tlsConfig: "+tc.tls+"}")}
+		assertRefused(t, objs, res, tc.field+":")
+	}
+	ok := monitors.Objects{ScrapeConfigs: decode[monitoringv1alpha1.ScrapeConfig](t, `
+metadata: {name: sc, namespace: apps}
+spec: {tlsConfig: {ca: {secret: {name: tls, key: ca}}, cert: {secret: {name: tls, key: cert}}, keySecret: {name: tls, key: key}}}`)}
+	mustConvert(t, ok, res)
+}

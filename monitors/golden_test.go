@@ -135,7 +135,7 @@ func TestOperatorGolden(t *testing.T) {
 				t.Fatalf("store %q is not in the file", tc.Store)
 			}
 			res := mapResolver{
-				secrets:    merge(merge(gf.Secrets, st.Secrets), tc.Secrets),
+				secrets:    readFiles(merge(merge(gf.Secrets, st.Secrets), tc.Secrets)),
 				configMaps: merge(merge(gf.ConfigMaps, st.ConfigMaps), tc.ConfigMaps),
 			}
 			objs := monitors.Objects{
@@ -312,6 +312,21 @@ func (f valueFix) applyGolden(job yaml.MapSlice) yaml.MapSlice {
 	return job
 }
 
+// readFiles replaces "file:<name>" values by the content of testdata/tls/<name>.
+func readFiles(objs map[string]map[string]string) map[string]map[string]string {
+	out := map[string]map[string]string{}
+	for name, kv := range objs {
+		out[name] = map[string]string{}
+		for k, v := range kv {
+			if f, ok := strings.CutPrefix(v, "file:"); ok {
+				v = tlsFixture(f)
+			}
+			out[name][k] = v
+		}
+	}
+	return out
+}
+
 func merge(base, over map[string]map[string]string) map[string]map[string]string {
 	out := map[string]map[string]string{}
 	for k, v := range base {
@@ -368,7 +383,8 @@ func stripSharding(job yaml.MapSlice) yaml.MapSlice {
 var certFile = regexp.MustCompile(`^/etc/prometheus/certs/\d+_([^_]+)_([^_]+)_(.+)$`)
 
 // inlineTLSFiles replaces TLS file paths the operator derives from Secrets
-// by the Secrets' values, walking the whole job.
+// by the Secrets' values, walking the whole job; so it does with inline
+// values, which are the names of the keys in the operator's tests.
 func inlineTLSFiles(t *testing.T, v yaml.MapSlice, secrets map[string]map[string]string) yaml.MapSlice {
 	for i, it := range v {
 		switch val := it.Value.(type) {
@@ -382,6 +398,12 @@ func inlineTLSFiles(t *testing.T, v yaml.MapSlice, secrets map[string]map[string
 			}
 		case string:
 			k, _ := it.Key.(string)
+			if pem, ok := secrets["default/tls"][val]; ok && (k == "ca" || k == "cert" || k == "key") {
+				// Inline material: the operator's test Secret holds each
+				// key's name as its value, where shoal's holds PEM.
+				v[i].Value = pem
+				continue
+			}
 			m := certFile.FindStringSubmatch(val)
 			if m == nil || !strings.HasSuffix(k, "_file") {
 				continue
