@@ -102,3 +102,16 @@ metadata: {name: sc, namespace: apps}
 spec: {tlsConfig: {ca: {secret: {name: tls, key: ca}}, cert: {secret: {name: tls, key: cert}}, keySecret: {name: tls, key: key}}}`)}
 	mustConvert(t, ok, res)
 }
+
+// Static target labels are checked under the job's name validation scheme:
+// a legacy-invalid name passes under UTF-8 and refuses the object under
+// Legacy, as relabeling targets do.
+func TestStaticLabelNamesFollowTheValidationScheme(t *testing.T) {
+	obj := func(scheme string) monitors.Objects {
+		return monitors.Objects{ScrapeConfigs: decode[monitoringv1alpha1.ScrapeConfig](t, `
+metadata: {name: sc, namespace: apps}
+spec: {nameValidationScheme: `+scheme+`, staticConfigs: [{targets: ["127.0.0.1:9100"], labels: {1owner: team}}]}`)}
+	}
+	mustConvert(t, obj("UTF8"), testResolver)
+	assertRefused(t, obj("Legacy"), testResolver, `label name "1owner" is invalid under the legacy name validation scheme`)
+}
