@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	monitoringv1alpha1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1alpha1"
 	"go.yaml.in/yaml/v2"
 
@@ -114,4 +115,20 @@ spec: {nameValidationScheme: `+scheme+`, staticConfigs: [{targets: ["127.0.0.1:9
 	}
 	mustConvert(t, obj("UTF8"), testResolver)
 	assertRefused(t, obj("Legacy"), testResolver, `label name "1owner" is invalid under the legacy name validation scheme`)
+}
+
+// A Probe's prober URL is host or host:port; the scheme and path have
+// fields of their own.
+func TestProberAddressIsHostPort(t *testing.T) {
+	probe := func(url string) monitors.Objects {
+		return monitors.Objects{Probes: decode[monitoringv1.Probe](t, `
+metadata: {name: p, namespace: apps}
+spec: {prober: {url: "`+url+`"}, targets: {staticConfig: {static: [example.com]}}}`)}
+	}
+	for _, ok := range []string{"blackbox:9115", "10.0.0.1:9115", "[::1]:9115", "blackbox.monitoring.svc"} {
+		mustConvert(t, probe(ok), testResolver)
+	}
+	for _, bad := range []string{"http://blackbox:9115", "blackbox:9115/probe", "blackbox:http", "black box"} {
+		assertRefused(t, probe(bad), testResolver, "spec.prober.url:")
+	}
 }
