@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
+	"github.com/prometheus/prometheus/model/relabel"
 	"go.yaml.in/yaml/v2"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -296,7 +297,10 @@ func (c *converter) relabelings(field string, rcs []monitoringv1.RelabelConfig) 
 		if rc.TargetLabel != "" {
 			r = kv(r, "target_label", rc.TargetLabel)
 		}
-		if rc.Regex != "" {
+		// The default regex written out is left out: Prometheus checks
+		// keepequal and dropequal against its own compiled default, by
+		// identity, and would refuse the rule spelt in full.
+		if rc.Regex != "" && rc.Regex != relabel.DefaultRelabelConfig.Regex.String() {
 			if _, err := regexp.Compile("^(?s:" + rc.Regex + ")$"); err != nil {
 				c.fail(fmt.Sprintf("%s[%d].regex", field, i), err)
 			}
