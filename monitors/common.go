@@ -297,9 +297,9 @@ func (c *converter) relabelings(field string, rcs []monitoringv1.RelabelConfig) 
 		if rc.TargetLabel != "" {
 			r = kv(r, "target_label", rc.TargetLabel)
 		}
-		// The default regex written out is left out: Prometheus checks
-		// keepequal and dropequal against its own compiled default, by
-		// identity, and would refuse the rule spelt in full.
+		// A regex equal to the default is not written: Prometheus checks
+		// keepequal and dropequal rules against its compiled default by
+		// identity, and would refuse one that spells the default out.
 		if rc.Regex != "" && rc.Regex != relabel.DefaultRelabelConfig.Regex.String() {
 			if _, err := regexp.Compile("^(?s:" + rc.Regex + ")$"); err != nil {
 				c.fail(fmt.Sprintf("%s[%d].regex", field, i), err)

@@ -123,7 +123,9 @@ func (c *converter) probe(m *monitoringv1.Probe) []yaml.MapSlice {
 	return []yaml.MapSlice{cfg}
 }
 
-var hostname = regexp.MustCompile(`^[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?(\.[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?)*$`)
+// hostname is a DNS name as the operator's check has it (underscores and a
+// final dot allowed).
+var hostname = regexp.MustCompile(`^[a-zA-Z0-9_][a-zA-Z0-9_-]*(\.[a-zA-Z0-9_][a-zA-Z0-9_-]*)*\.?$`)
 
 // checkProberAddress accepts host or host:port, as the operator does: the
 // prober's scheme and path are fields of their own, and an address with
