@@ -62,11 +62,13 @@ type goldenCase struct {
 // valueFix replaces a value in the object's discovery configs and in the
 // golden file's.
 type valueFix struct {
-	Field string `json:"field"` // in the object (JSON name); empty: golden only
+	Spec  string `json:"spec"`  // the spec's list of discovery configs
+	Field string `json:"field"` // in each of them; empty: golden only
 	In    string `json:"in"`    // the golden job's list of discovery configs
-	Key   string `json:"key"`   // in each of them; absent counts as ""
-	From  string `json:"from"`
-	To    string `json:"to"`
+	Key   string `json:"key"`   // in each of them
+	// Absent counts as "" on both sides.
+	From string `json:"from"`
+	To   string `json:"to"`
 }
 
 type goldenStore struct {
@@ -282,10 +284,15 @@ func dropProxyFromEnvironment(v yaml.MapSlice) yaml.MapSlice {
 	return v
 }
 
-// apply sets the object's field to To wherever it is From.
+// apply sets the field of the object's discovery configs to To wherever it
+// is From.
 func (f valueFix) apply(m map[string]any) {
-	if f.Field != "" && m[f.Field] == f.From {
-		m[f.Field] = f.To
+	list, _ := m[f.Spec].([]any)
+	for _, e := range list {
+		sd, _ := e.(map[string]any)
+		if v, ok := sd[f.Field]; f.Field != "" && (v == f.From || !ok && f.From == "") {
+			sd[f.Field] = f.To
+		}
 	}
 }
 
