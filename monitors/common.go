@@ -2,6 +2,8 @@ package monitors
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"reflect"
@@ -10,6 +12,7 @@ import (
 	"strings"
 
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
+	"github.com/prometheus/prometheus/model/relabel"
 	"go.yaml.in/yaml/v2"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -184,14 +187,29 @@ func (c *converter) tlsItems(field string, t *monitoringv1.SafeTLSConfig) yaml.M
 	if t.InsecureSkipVerify != nil {
 		cfg = kv(cfg, "insecure_skip_verify", *t.InsecureSkipVerify)
 	}
+	var cert, key string
 	if t.CA != (monitoringv1.SecretOrConfigMap{}) {
-		cfg = kv(cfg, "ca", c.secretOrConfigMap(field+".ca", t.CA))
+		ca := c.secretOrConfigMap(field+".ca", t.CA)
+		if !c.failed() && !x509.NewCertPool().AppendCertsFromPEM([]byte(ca)) {
+			c.fail(field+".ca", errors.New("no PEM certificate in the CA"))
+		}
+		cfg = kv(cfg, "ca", ca)
 	}
 	if t.Cert != (monitoringv1.SecretOrConfigMap{}) {
-		cfg = kv(cfg, "cert", c.secretOrConfigMap(field+".cert", t.Cert))
+		cert = c.secretOrConfigMap(field+".cert", t.Cert)
+		cfg = kv(cfg, "cert", cert)
 	}
 	if t.KeySecret != nil {
-		cfg = kv(cfg, "key", c.secret(field+".keySecret", *t.KeySecret))
+		key = c.secret(field+".keySecret", *t.KeySecret)
+		cfg = kv(cfg, "key", key)
+	}
+	// Prometheus cannot build an HTTP client from material it cannot parse,
+	// and fails the scrape pool or discoverer at reload: the object is
+	// refused here instead, as the operator refuses it.
+	if cert != "" && key != "" && !c.failed() {
+		if _, err := tls.X509KeyPair([]byte(cert), []byte(key)); err != nil {
+			c.fail(field+".cert", err)
+		}
 	}
 	if t.ServerName != nil && *t.ServerName != "" {
 		cfg = kv(cfg, "server_name", *t.ServerName)
@@ -279,7 +297,10 @@ func (c *converter) relabelings(field string, rcs []monitoringv1.RelabelConfig) 
 		if rc.TargetLabel != "" {
 			r = kv(r, "target_label", rc.TargetLabel)
 		}
-		if rc.Regex != "" {
+		// A regex equal to the default is not written: Prometheus checks
+		// keepequal and dropequal rules against its compiled default by
+		// identity, and would refuse one that spells the default out.
+		if rc.Regex != "" && rc.Regex != relabel.DefaultRelabelConfig.Regex.String() {
 			if _, err := regexp.Compile("^(?s:" + rc.Regex + ")$"); err != nil {
 				c.fail(fmt.Sprintf("%s[%d].regex", field, i), err)
 			}

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	monitoringv1alpha1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1alpha1"
 	"go.yaml.in/yaml/v2"
 
@@ -79,4 +80,55 @@ spec:
 		t.Fatalf("found %d discovery configs with filters, want 3\n%s", seen, r.YAML())
 	}
 	loadJobs(t, r.YAML())
+}
+
+// TLS material that does not parse refuses the object, naming the field:
+// Prometheus could not build the HTTP client from it.
+func TestUnusableTLSMaterialRefused(t *testing.T) {
+	res := mapResolver{secrets: map[string]map[string]string{"apps/tls": {
+		"ca": tlsFixture("ca.crt"), "cert": tlsFixture("client.crt"), "key": tlsFixture("client.key"),
+		"other-key": tlsFixture("other.key"), "garbage": "not PEM",
+	}}}
+	for _, tc := range []struct{ tls, field string }{
+		{`{ca: {secret: {name: tls, key: garbage}}}`, "spec.tlsConfig.ca"},
+		{`{ca: {secret: {name: tls, key: cert}}, cert: {secret: {name: tls, key: cert}}, keySecret: {name: tls, key: other-key}}`, "spec.tlsConfig.cert"},
+		{`{cert: {secret: {name: tls, key: garbage}}, keySecret: {name: tls, key: key}}`, "spec.tlsConfig.cert"},
+	} {
+		objs := monitors.Objects{ScrapeConfigs: decode[monitoringv1alpha1.ScrapeConfig](t,
+			"metadata: {name: sc, namespace: apps}\nspec: {tlsConfig: "+tc.tls+"}")}
+		assertRefused(t, objs, res, tc.field+":")
+	}
+	ok := monitors.Objects{ScrapeConfigs: decode[monitoringv1alpha1.ScrapeConfig](t, `
+metadata: {name: sc, namespace: apps}
+spec: {tlsConfig: {ca: {secret: {name: tls, key: ca}}, cert: {secret: {name: tls, key: cert}}, keySecret: {name: tls, key: key}}}`)}
+	mustConvert(t, ok, res)
+}
+
+// Static target labels are checked under the job's name validation scheme:
+// a legacy-invalid name passes under UTF-8 and refuses the object under
+// Legacy, as relabeling targets do.
+func TestStaticLabelNamesFollowTheValidationScheme(t *testing.T) {
+	obj := func(scheme string) monitors.Objects {
+		return monitors.Objects{ScrapeConfigs: decode[monitoringv1alpha1.ScrapeConfig](t, `
+metadata: {name: sc, namespace: apps}
+spec: {nameValidationScheme: `+scheme+`, staticConfigs: [{targets: ["127.0.0.1:9100"], labels: {1owner: team}}]}`)}
+	}
+	mustConvert(t, obj("UTF8"), testResolver)
+	assertRefused(t, obj("Legacy"), testResolver, `label name "1owner" is invalid under the legacy name validation scheme`)
+}
+
+// A Probe's prober URL is host or host:port; the scheme and path have
+// fields of their own.
+func TestProberAddressIsHostPort(t *testing.T) {
+	probe := func(url string) monitors.Objects {
+		return monitors.Objects{Probes: decode[monitoringv1.Probe](t, `
+metadata: {name: p, namespace: apps}
+spec: {prober: {url: "`+url+`"}, targets: {staticConfig: {static: [example.com]}}}`)}
+	}
+	for _, ok := range []string{"blackbox:9115", "10.0.0.1:9115", "[::1]:9115", "blackbox.monitoring.svc"} {
+		mustConvert(t, probe(ok), testResolver)
+	}
+	for _, bad := range []string{"http://blackbox:9115", "blackbox:9115/probe", "blackbox:http", "black box"} {
+		assertRefused(t, probe(bad), testResolver, "spec.prober.url:")
+	}
 }

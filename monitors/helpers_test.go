@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"testing"
 
 	commonconfig "github.com/prometheus/common/config"
@@ -44,6 +45,16 @@ func lookup(m map[string]map[string]string, kind, ns, name, key string) (string,
 		return "", fmt.Errorf("key not found")
 	}
 	return v, nil
+}
+
+// tlsFixture returns a PEM file of testdata/tls: ca.crt and ca2.crt (two
+// CAs), client.crt and client.key (a pair issued by ca.crt).
+func tlsFixture(name string) string {
+	b, err := os.ReadFile(filepath.Join("testdata", "tls", name))
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
 }
 
 func mustConvert(t *testing.T, objs monitors.Objects, res monitors.Resolver) *monitors.Result {

@@ -39,6 +39,7 @@ import (
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	monitoringv1alpha1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1alpha1"
 	"github.com/prometheus/prometheus/config"
+	"github.com/prometheus/prometheus/discovery"
 	"go.yaml.in/yaml/v2"
 	corev1 "k8s.io/api/core/v1"
 
@@ -284,9 +285,33 @@ func parseJobs(src Source, jobs []yaml.MapSlice, global config.GlobalConfig) ([]
 		if err := check.Validate(global); err != nil {
 			return nil, &Error{Source: src, Err: fmt.Errorf("generated scrape config %q is invalid: %w", jobName(j), err)}
 		}
+		if err := staticLabelNames(&check); err != nil {
+			return nil, &Error{Source: src, Err: fmt.Errorf("generated scrape config %q is invalid: %w", jobName(j), err)}
+		}
 		out = append(out, Job{Source: src, Config: sc, YAML: b})
 	}
 	return out, nil
+}
+
+// staticLabelNames checks the labels of static targets under the job's
+// name validation scheme, which Validate has set. Prometheus loads them
+// unchecked and drops a target that keeps one after relabeling; the
+// operator refuses them, and so does shoal.
+func staticLabelNames(sc *config.ScrapeConfig) error {
+	for _, d := range sc.ServiceDiscoveryConfigs {
+		groups, ok := d.(discovery.StaticConfig)
+		if !ok {
+			continue
+		}
+		for _, g := range groups {
+			for name := range g.Labels {
+				if !sc.MetricNameValidationScheme.IsValidLabelName(string(name)) {
+					return fmt.Errorf("static_configs: label name %q is invalid under the %s name validation scheme", name, sc.MetricNameValidationScheme)
+				}
+			}
+		}
+	}
+	return nil
 }
 
 func jobName(j yaml.MapSlice) string {

@@ -23,13 +23,16 @@ import (
 var testResolver = mapResolver{
 	secrets: map[string]map[string]string{
 		"apps/auth":  {"user": "alice", "pass": "s3cret", "token": "tok", "client-secret": "cs"},
-		"apps/tls":   {"key": "KEY", "cert": "CERT"},
+		"apps/tls":   {"key": tlsFixture("client.key"), "cert": tlsFixture("client.crt")},
 		"infra/auth": {"token": "infra-token", "scw": "11111111-2222-3333-4444-555555555555"},
 	},
 	configMaps: map[string]map[string]string{
-		"apps/ca": {"ca.crt": "CA"},
+		"apps/ca": {"ca.crt": tlsFixture("ca.crt")},
 	},
 }
+
+// pemLine returns the first base64 line of a testdata/tls file.
+func pemLine(name string) string { return strings.Split(tlsFixture(name), "\n")[1] }
 
 // decode reads Kubernetes objects written as YAML, the way they arrive
 // from the API server, so that tests use the API's field names.
@@ -210,7 +213,8 @@ func TestConvertAllKinds(t *testing.T) {
 			"format:\n  - prometheus", "follow_redirects: false", "enable_http2: false",
 			"proxy_url: http://proxy:3128", "no_proxy: 10.0.0.0/8",
 			"basic_auth:\n  username: alice\n  password: s3cret",
-			"ca: CA", "cert: CERT", "key: KEY", "server_name: web.apps.svc", "min_version: TLS12",
+			"ca: |", pemLine("ca.crt"), "cert: |", pemLine("client.crt"), "key: |", pemLine("client.key"),
+			"server_name: web.apps.svc", "min_version: TLS12",
 			"- role: endpoints\n  namespaces:\n    names:\n    - apps\n    - apps-staging\n  attach_metadata:\n    node: true",
 			"regex: (web);true", // matchLabels
 			"action: drop\n  source_labels:\n  - __meta_kubernetes_service_label_tier", // NotIn

@@ -3,6 +3,10 @@ package monitors
 import (
 	"errors"
 	"fmt"
+	"net"
+	"regexp"
+	"strconv"
+	"strings"
 
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	"go.yaml.in/yaml/v2"
@@ -12,8 +16,8 @@ import (
 // with each target passed as the target parameter, like the operator does.
 func (c *converter) probe(m *monitoringv1.Probe) []yaml.MapSlice {
 	c.noScrapeClass(m.Spec.ScrapeClassName)
-	if m.Spec.ProberSpec.URL == "" {
-		c.fail("spec.prober.url", errors.New("required"))
+	if err := checkProberAddress(m.Spec.ProberSpec.URL); err != nil {
+		c.fail("spec.prober.url", err)
 	}
 	if err := m.Spec.Targets.Validate(); err != nil {
 		c.fail("spec.targets", err)
@@ -117,4 +121,31 @@ func (c *converter) probe(m *monitoringv1.Probe) []yaml.MapSlice {
 		cfg = kv(cfg, "metric_relabel_configs", c.relabelings("spec.metricRelabelings", m.Spec.MetricRelabelConfigs))
 	}
 	return []yaml.MapSlice{cfg}
+}
+
+// hostname is a DNS name as the operator's check has it (underscores and a
+// final dot allowed).
+var hostname = regexp.MustCompile(`^[a-zA-Z0-9_][a-zA-Z0-9_-]*(\.[a-zA-Z0-9_][a-zA-Z0-9_-]*)*\.?$`)
+
+// checkProberAddress accepts host or host:port, as the operator does: the
+// prober's scheme and path are fields of their own, and an address with
+// either would make every target of the job invalid.
+func checkProberAddress(addr string) error {
+	if addr == "" {
+		return errors.New("required")
+	}
+	if strings.Contains(addr, "/") {
+		return fmt.Errorf("%q is not host or host:port (the scheme and path are fields of their own)", addr)
+	}
+	host := addr
+	if h, port, err := net.SplitHostPort(addr); err == nil {
+		if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+			return fmt.Errorf("%q: invalid port %q", addr, port)
+		}
+		host = h
+	}
+	if net.ParseIP(host) == nil && !hostname.MatchString(host) {
+		return fmt.Errorf("%q is not host or host:port (the scheme and path are fields of their own)", addr)
+	}
+	return nil
 }
