@@ -2,7 +2,11 @@
 SHELL := /bin/bash
 GO        ?= go
 BIN       ?= bin
-PKGS_UNIT  = $(shell $(GO) list ./... | grep -v -e /e2e -e /internal/k8stest)
+PKGS_UNIT  = $(shell $(GO) list ./... | grep -v -e /e2e -e /internal/k8stest -e /charts)
+# The chart's tests render templates with the Helm SDK and start no
+# goroutine of shoal's: they run without -race, which spares a cold machine
+# compiling the Helm SDK a second time (vet compiles it without -race).
+PKGS_CHART = $(shell $(GO) list ./charts/...)
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 REVISION  ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 LDFLAGS    = -X github.com/prometheus/common/version.Version=$(VERSION) \
@@ -53,6 +57,7 @@ K8S_UNIT_PKGS = $(shell grep -rl --include='*_test.go' '^func TestKubernetes' . 
 
 test-unit:
 	$(GO) test -race -count=1 -timeout 30m -skip '$(K8S_TESTS)' $(PKGS_UNIT)
+	$(GO) test -count=1 -timeout 10m $(PKGS_CHART)
 	$(GO) test -count=1 -tags slim_sd -run '^TestSlimSDSet$$' ./cmd/shoal/
 
 test-e2e:
