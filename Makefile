@@ -2,10 +2,14 @@
 SHELL := /bin/bash
 GO        ?= go
 BIN       ?= bin
-PKGS_UNIT  = $(shell $(GO) list ./... | grep -v -e /e2e -e /internal/k8stest -e /charts)
-# The chart's tests render templates with the Helm SDK and start no
-# goroutine of shoal's: they run without -race, which spares a cold machine
-# compiling the Helm SDK a second time (vet compiles it without -race).
+PKGS_UNIT  = $(shell $(GO) list ./... | grep -v -e /e2e -e /internal/k8stest -e /charts -e '/cmd/shoal$$')
+# Compiling the Helm SDK and the cloud discovery SDKs a second time with
+# -race would cost a cold machine several minutes for tests that start no
+# goroutine there (vet compiles them without -race): the chart's tests run
+# without -race; cmd/shoal's run with -race in the slim_sd build (no cloud
+# SDKs) and again without it in the default build (every discovery, the
+# generated references); monitors' operator-fidelity tests (discovery/install,
+# built with !race) run in the package's second, plain run.
 PKGS_CHART = $(shell $(GO) list ./charts/...)
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 REVISION  ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
@@ -57,8 +61,8 @@ K8S_UNIT_PKGS = $(shell grep -rl --include='*_test.go' '^func TestKubernetes' . 
 
 test-unit:
 	$(GO) test -race -count=1 -timeout 30m -skip '$(K8S_TESTS)' $(PKGS_UNIT)
-	$(GO) test -count=1 -timeout 10m $(PKGS_CHART)
-	$(GO) test -count=1 -tags slim_sd -run '^TestSlimSDSet$$' ./cmd/shoal/
+	$(GO) test -race -count=1 -timeout 10m -tags slim_sd ./cmd/shoal/
+	$(GO) test -count=1 -timeout 10m -skip '$(K8S_TESTS)' ./cmd/shoal/ ./monitors/ $(PKGS_CHART)
 
 test-e2e:
 	$(GO) test -count=1 -timeout 40m -v -skip '$(K8S_TESTS)' ./e2e/

@@ -1,3 +1,11 @@
+//go:build !race
+
+// Built without -race only: with the other operator-fidelity tests it needs
+// every service discovery registered (discovery/install, which golden_test.go
+// imports) and starts no goroutine; make test-unit runs the package a second
+// time without -race for them, which spares a cold machine a race build of
+// the cloud SDKs.
+
 package monitors_test
 
 import (

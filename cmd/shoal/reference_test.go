@@ -1,3 +1,8 @@
+//go:build !slim_sd
+
+// The references describe the default build (every service discovery): a
+// slim_sd build registers fewer discovery metrics.
+
 package main
 
 import (
