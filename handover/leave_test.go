@@ -2,6 +2,7 @@ package handover
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -88,6 +89,9 @@ func TestLeaveThatCannotCompleteLeavesBacklogAndCountsWhy(t *testing.T) {
 			http.Error(w, "no", http.StatusServiceUnavailable)
 		}), 10 * time.Second},
 		{"deadline", ReasonDeadline, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			// Reads the whole transfer and never answers: the server notices
+			// the client giving up only once the body is consumed.
+			_, _ = io.Copy(io.Discard, r.Body)
 			<-r.Context().Done()
 		}), 300 * time.Millisecond},
 	} {

@@ -35,6 +35,7 @@ import (
 
 	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/discoveryerr"
+	"github.com/shoal-dev/shoal/handover"
 	"github.com/shoal-dev/shoal/monitors"
 	"github.com/shoal-dev/shoal/placement"
 	"github.com/shoal-dev/shoal/remotewrite"
@@ -173,12 +174,12 @@ func runAgent(ctx context.Context, f *flags, reg *prometheus.Registry) error {
 	}
 	var g oklogrun.Group
 	{
-		webCtx, webCancel := context.WithCancel(ctx)
 		webOpts := webOptions(a, f, scrapeView)
 		h := web.New(webOpts, logger.With("component", "web"))
 		if err := registerUtilization(reg, f.capacitySamples, h.SamplesPerSecond); err != nil {
 			return err
 		}
+		webCtx, webCancel := context.WithCancel(ctx)
 		var webErr error
 		webDone := make(chan struct{}) // closed once Run returned; webErr is set by then
 		go func() {
