@@ -23,7 +23,18 @@ func (s *Service) Run(ctx context.Context) {
 	s.runMu.Unlock()
 	defer close(done)
 	defer cancel()
-	go s.tracker.Run(ctx)
+	select {
+	case <-s.leaving:
+		return // Leave has run: nothing is delivered from here any more
+	default:
+	}
+	trackerDone := make(chan struct{})
+	go func() {
+		defer close(trackerDone)
+		s.tracker.Run(ctx)
+	}()
+	defer func() { <-trackerDone }()
+	defer cancel()
 	for ctx.Err() == nil {
 		pend, err := s.store.Pending()
 		if err != nil {

@@ -68,6 +68,11 @@ type Options struct {
 	MaxBytes int64
 	// MaxPending bounds how many backlogs a receiver keeps undelivered.
 	MaxPending int
+	// LeaverWait is how long a peer that left with unacknowledged samples
+	// that no node announces is still waited for by holds (Tracker):
+	// --cluster.handoff-timeout, which ends those holds anyway (0:
+	// DefaultLeaverWait).
+	LeaverWait time.Duration
 	// Client and Scheme reach peers (authenticated like the peer fan-out).
 	Client *http.Client
 	Scheme string
@@ -139,7 +144,7 @@ func New(opts Options, cl Cluster, logger *slog.Logger, reg prometheus.Registere
 	}
 	s := &Service{
 		opts: opts, cl: cl, logger: logger, metrics: m, store: st, reg: reg,
-		tracker: NewTracker(cl, 0, 0),
+		tracker: NewTracker(cl, opts.LeaverWait, 0),
 		wake:    make(chan struct{}, 1),
 		cfgCh:   make(chan struct{}, 1),
 		leaving: make(chan struct{}),
@@ -230,6 +235,9 @@ func (s *Service) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.metrics.inFlight.WithLabelValues("received").Inc()
 	defer s.metrics.inFlight.WithLabelValues("received").Dec()
 	start := time.Now()
+	// A sender that stalls must not keep the one receiving slot (and a
+	// Leave waiting for it) beyond this node's own bound.
+	_ = http.NewResponseController(w).SetReadDeadline(start.Add(s.opts.Timeout))
 	b, dup, err := s.store.receive(r.Body, s.opts.MaxBytes, s.admit)
 	if err != nil {
 		s.refuseErr(w, err, b.ID)

@@ -18,8 +18,11 @@ type Membership interface {
 // departed node's backlog is pending while a live node announces it, while
 // its carrier is gone (crashed, restarting: it announces it again on start
 // and sends it) for up to ttl, and for up to wait after a node that left
-// terminating with unacknowledged samples, while its carrier's announcement
-// may still be on its way.
+// terminating with unacknowledged samples and nobody announces its backlog:
+// the announcement may still be on its way, or the hand-over failed and
+// the data stayed on the leaver's storage, which a replica coming back on
+// it (a StatefulSet pod) sends before anything newer. The hold that asks
+// ends at --cluster.handoff-timeout anyway, so wait is that timeout.
 type Tracker struct {
 	m          Membership
 	wait, ttl  time.Duration
@@ -30,6 +33,7 @@ type Tracker struct {
 	last       map[string]cluster.Peer // last seen state of every node, alive or not
 	goneAt     map[string]time.Time
 	seen       map[uint64]seenCarry
+	delivered  map[uint64]time.Time // carries withdrawn by a live carrier, when
 	refreshGap time.Duration
 }
 
@@ -40,20 +44,20 @@ type seenCarry struct {
 
 // Defaults for NewTracker.
 const (
-	DefaultAnnounceWait = 10 * time.Second
-	DefaultCarryTTL     = 10 * time.Minute
+	DefaultLeaverWait = 5 * time.Minute
+	DefaultCarryTTL   = 10 * time.Minute
 )
 
 // NewTracker follows m; wait and ttl: see Tracker (0: the defaults).
 func NewTracker(m Membership, wait, ttl time.Duration) *Tracker {
 	if wait <= 0 {
-		wait = DefaultAnnounceWait
+		wait = DefaultLeaverWait
 	}
 	if ttl <= 0 {
 		ttl = DefaultCarryTTL
 	}
 	return &Tracker{m: m, wait: wait, ttl: ttl, now: time.Now, refreshGap: 10 * time.Millisecond,
-		alive: map[string]cluster.Peer{}, last: map[string]cluster.Peer{}, goneAt: map[string]time.Time{}, seen: map[uint64]seenCarry{}}
+		alive: map[string]cluster.Peer{}, last: map[string]cluster.Peer{}, goneAt: map[string]time.Time{}, seen: map[uint64]seenCarry{}, delivered: map[uint64]time.Time{}}
 }
 
 // Run refreshes the view on every membership change until ctx ends, so
@@ -108,9 +112,17 @@ func (t *Tracker) refresh(force bool) {
 		p, ok := alive[s.carrier]
 		switch {
 		case ok && !announces(p, key):
-			delete(t.seen, key) // delivered (or passed on: the next carrier announces it)
+			// Delivered, or passed on: the next carrier announces it
+			// (and seen follows it on the next refresh).
+			delete(t.seen, key)
+			t.delivered[key] = now
 		case !ok && now.Sub(s.at) > t.ttl:
 			delete(t.seen, key)
+		}
+	}
+	for key, at := range t.delivered {
+		if _, ok := t.seen[key]; ok || now.Sub(at) > t.ttl {
+			delete(t.delivered, key)
 		}
 	}
 	t.alive = alive
@@ -130,10 +142,14 @@ func (t *Tracker) Pending(node string, start time.Time, seq uint64) bool {
 	t.refresh(false)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if _, ok := t.seen[cluster.CarryKey(node, start)]; ok {
+	key := cluster.CarryKey(node, start)
+	if _, ok := t.seen[key]; ok {
 		return true
 	}
 	if _, ok := t.alive[node]; ok {
+		return false
+	}
+	if _, ok := t.delivered[key]; ok {
 		return false
 	}
 	p, ok := t.last[node]

@@ -15,7 +15,9 @@ func TestTrackerKeepsLeaverPendingWhileItsBacklogIsCarried(t *testing.T) {
 		carrier := cluster.Peer{Name: "carrier", State: cluster.Participant, StartTime: start}
 		cl := newFakeCluster("owner")
 		cl.setPeers(leaver, carrier)
-		tr := NewTracker(cl, 10*time.Second, 5*time.Minute)
+		// A wait longer than the whole test: the withdrawal at the end,
+		// not the wait running out, must end the pending.
+		tr := NewTracker(cl, time.Hour, 5*time.Minute)
 		tr.refresh(true)
 		if tr.Pending("leaver", start, 2) {
 			t.Fatal("an alive leaver is the placement's to wait for, not the tracker's")

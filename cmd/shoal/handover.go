@@ -28,6 +28,9 @@ func (a *agent) newHandover() error {
 		Dir:      filepath.Join(f.storagePath, "handover"),
 		Timeout:  f.handoverTimeout,
 		MaxBytes: int64(f.handoverMaxBytes),
+		// A leaver whose backlog stayed on its storage may come back and
+		// send it: wait for it as long as a hold waits for a live peer.
+		LeaverWait: f.handoffTimeout,
 		Client:   client,
 		Scheme:   scheme,
 	}, a.node, a.logger.With("component", "handover"), a.reg)
