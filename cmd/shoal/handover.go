@@ -31,8 +31,8 @@ func (a *agent) newHandover() error {
 		// A leaver whose backlog stayed on its storage may come back and
 		// send it: wait for it as long as a hold waits for a live peer.
 		LeaverWait: f.handoffTimeout,
-		Client:   client,
-		Scheme:   scheme,
+		Client:     client,
+		Scheme:     scheme,
 	}, a.node, a.logger.With("component", "handover"), a.reg)
 	return err
 }
