@@ -137,31 +137,69 @@ func runHandoverScaleIn(t *testing.T, sc handoverScenario) {
 // failure is counted and logged, its WAL and progress stay, and the same
 // replica started again (a StatefulSet pod coming back) sends everything.
 func TestHandoverWithoutPeerKeepsBacklogForRestart(t *testing.T) {
+	runHandoverFailure(t, 1, nil, "no_peer")
+}
+
+// TestHandoverRefusedByPeerKeepsBacklogForRestart: the only peer takes
+// no backlog over 1KB (--cluster.handover.max-bytes), so it refuses the
+// transfer (counted on both sides); the leaver keeps its backlog, and the
+// peer's hold on the leaver's targets waits for it: started again on its
+// storage, the leaver sends it before the peer sends anything newer of
+// those targets, so the receiver refuses nothing.
+func TestHandoverRefusedByPeerKeepsBacklogForRestart(t *testing.T) {
+	runHandoverFailure(t, 2, []string{"--cluster.handover.max-bytes=1KB"}, "too_large")
+}
+
+// runHandoverFailure runs n replicas (the peers with peerArgs), stops the
+// first while the remote end is down, requires its hand-over to fail with
+// reason, starts it again on the same storage and checks that every
+// counter value served arrives, none refused and none twice.
+func runHandoverFailure(t *testing.T, n int, peerArgs []string, reason string) {
 	needBinary(t)
 	targets := startTargets(t, 4, 1)
 	recv := startGatedReceiver(t)
 	cfg := durabilityConfig(t, targetAddrs(targets), recv.writeURL(), "min_backoff: 50ms", "max_backoff: 1s")
-	nodes := newClusterAgents(t, 1, cfg, 1)
-	a := nodes[0]
-	a.spec.extraArgs = handoverArgs()
+	nodes := newClusterAgents(t, n, cfg, n)
+	for i, a := range nodes {
+		a.spec.extraArgs = handoverArgs()
+		if i > 0 {
+			a.spec.extraArgs = append(a.spec.extraArgs, peerArgs...)
+		}
+	}
 	startCluster(t, nodes)
+	waitConverged(t, nodes, targets)
 	waitServed(t, targets, time.Now(), 2, convergeTimeout)
 	recv.status.Store(503)
 	waitServed(t, targets, time.Now(), 5, convergeTimeout)
-	before := servedNow(targets)
+	a := nodes[0]
+	began := time.Now()
 	a.stop()
+	t.Logf("%s stopped in %v", a.spec.name, time.Since(began).Round(time.Millisecond))
 	line := logLine(t, a, "Backlog hand-over failed")
-	if !strings.Contains(line, "reason=no_peer") {
-		t.Fatalf("want a hand-over failure with reason no_peer in the log, got %q", line)
+	if !strings.Contains(line, "reason="+reason) {
+		t.Fatalf("want a hand-over failure with reason %s in the log, got %q", reason, line)
 	}
-	recv.status.Store(0)
+	t.Logf("failure: %s", line)
+	for _, p := range nodes[1:] {
+		v, err := p.metricValue("shoal_handover_failures_total", map[string]string{"direction": "received", "reason": reason})
+		if err != nil || v != 1 {
+			t.Errorf("%s: shoal_handover_failures_total{direction=received,reason=%s} = %v (%v), want 1", p.spec.name, reason, v, err)
+		}
+	}
+	if n > 1 {
+		waitConverged(t, nodes[1:], targets)
+	}
 	a.start()
 	a.waitReady(convergeTimeout)
-	checkCounters(t, recv.testReceiver, targets, before, nil)
+	waitConverged(t, nodes, targets)
+	recv.status.Store(0)
+	want := servedNow(targets)
+	checkCounters(t, recv.testReceiver, targets, want, nil)
 	recv.checkNoRejections(t)
 	if st := recv.Stats(); st.Dropped != 0 {
 		t.Errorf("receiver dropped %d exact duplicates", st.Dropped)
 	}
+	checkNoFailedSamples(t, nodes)
 }
 
 // logLine returns the last line of a's log containing s.
