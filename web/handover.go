@@ -2,7 +2,6 @@ package web
 
 import (
 	"net/http"
-	"time"
 
 	"github.com/shoal-dev/shoal/handover"
 )
@@ -23,9 +22,11 @@ func PeerClient(webConfigFile, clientConfigFile string) (*http.Client, string, e
 }
 
 // SamplesPerSecond is this node's appended samples per second over about
-// the last 30s, as the status page shows it.
+// the last 30s, as the status page shows it. It reads no metric (it is
+// called while the registry is gathered: shoal_replica_utilization_ratio)
+// and is 0 until Run has observed the counter twice.
 func (h *Handler) SamplesPerSecond() float64 {
-	return h.meter.readCached(time.Now()).SamplesPerSecond
+	return h.meter.rate()
 }
 
 // handoverStatus is the status page's view of the hand-over; nil without one.
