@@ -151,7 +151,7 @@ func (s *Service) sendTo(ctx context.Context, root string, h *Header, st *Transf
 	if h.Bytes > s.opts.MaxBytes {
 		return ReasonTooLarge, fmt.Errorf("the backlog is %d bytes, over --cluster.handover.max-bytes=%d", h.Bytes, s.opts.MaxBytes)
 	}
-	if h.Samples, err = countSamples(root); err != nil {
+	if h.Samples, err = countSamples(ctx, root); err != nil {
 		s.logger.Warn("Cannot count the backlog's samples (metrics only)", "err", err)
 	}
 	s.setStatus(func() { st.Samples = h.Samples })
@@ -364,8 +364,14 @@ func isDigits(s string) bool {
 }
 
 // countSamples counts the samples and histograms after the lowest saved
-// progress position (from the start without any).
-func countSamples(root string) (int64, error) {
+// progress position (from the start without any). It is for metrics and
+// the status page only, so it gives up after a tenth of the time left.
+func countSamples(ctx context.Context, root string) (int64, error) {
+	if dl, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Until(dl)/10)
+		defer cancel()
+	}
 	walDir, progressDir := backlogDirs(root)
 	from, found := wal.Position{}, false
 	ents, _ := os.ReadDir(progressDir)
@@ -395,6 +401,9 @@ func countSamples(root string) (int64, error) {
 	var hs []record.RefHistogramSample
 	var fhs []record.RefFloatHistogramSample
 	err := wal.Scan(walDir, from, -1, func(rec []byte, _ wal.Position) error {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("counting the backlog's samples: %w", err)
+		}
 		var err error
 		switch dec.Type(rec) {
 		case record.Samples:
