@@ -92,6 +92,7 @@ func runHandoverScaleIn(t *testing.T, sc handoverScenario) {
 		}
 		rcv.kill()
 		t.Logf("%s SIGKILLed after acknowledging the transfer; starting it again", rcv.spec.name)
+		rcv.spec.waitForSize = len(live) // the cluster is scaled in
 		rcv.start()
 		rcv.waitReady(convergeTimeout)
 		waitConverged(t, live, targets)
