@@ -83,7 +83,8 @@ FUZZTIME ?= 30s
 FUZZERS   = ./remotewrite:FuzzJournalTornTail ./remotewrite:FuzzJournalLoad \
             ./remotewrite:FuzzReadProgress ./wal:FuzzReadRepairs \
             ./cluster:FuzzDecodeMeta ./cluster:FuzzMetaRoundTrip \
-            ./cmd/shoal:FuzzLoadConfig ./web:FuzzPeerAnswers ./monitors:FuzzConvert
+            ./cmd/shoal:FuzzLoadConfig ./web:FuzzPeerAnswers ./monitors:FuzzConvert \
+            ./handover:FuzzDecode
 fuzz:
 	@set -e; for f in $(FUZZERS); do \
 		echo "fuzz $${f#*:} ($${f%%:*}) for $(FUZZTIME)"; \

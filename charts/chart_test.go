@@ -768,6 +768,13 @@ func TestDeployment(t *testing.T) {
 	if !strings.Contains(r.notes, "emptyDir") {
 		t.Error("NOTES.txt does not warn that the WAL lives in an emptyDir")
 	}
+	if !strings.Contains(r.notes, "hands them to a live peer") || strings.Contains(r.notes, "lost when a pod goes away") {
+		t.Errorf("NOTES.txt should say that a stopping replica hands its backlog over:\n%s", r.notes)
+	}
+	off := render(t, "controller: {type: deployment}\ncluster: {handover: {timeout: 0m}}\n", renderOpts{})
+	if !strings.Contains(off.notes, "lost when a pod goes away") {
+		t.Errorf("NOTES.txt with the hand-over off should warn that the WAL is lost with the pod:\n%s", off.notes)
+	}
 }
 
 func TestAutoscaling(t *testing.T) {
@@ -1106,6 +1113,57 @@ func TestDaemonSet(t *testing.T) {
 				t.Errorf("StatefulSet: job %s sets __shoal_sharding__", sc.JobName)
 			}
 		}
+	}
+}
+
+// The scaling signal: with a per-replica capacity the pods export
+// shoal_replica_utilization_ratio, and the HPA scales on it beside CPU.
+func TestAutoscalingOnUtilization(t *testing.T) {
+	r := render(t, "capacity: {samplesPerSecond: 50000}\nautoscaling: {enabled: true, targetUtilizationRatio: \"0.7\"}\n", renderOpts{})
+	r.checkCommon()
+	if got := r.oneFlag("cluster.capacity.samples-per-second"); got != "50000" {
+		t.Errorf("--cluster.capacity.samples-per-second=%q, want 50000", got)
+	}
+	if len(r.hpas) != 1 {
+		t.Fatalf("want an HPA, got %d", len(r.hpas))
+	}
+	var cpu, util bool
+	for _, m := range r.hpas[0].Spec.Metrics {
+		switch {
+		case m.Resource != nil && m.Resource.Name == "cpu":
+			cpu = true
+		case m.Pods != nil && m.Pods.Metric.Name == "shoal_replica_utilization_ratio":
+			util = m.Pods.Target.AverageValue != nil && m.Pods.Target.AverageValue.String() == "700m"
+		}
+	}
+	if !cpu || !util {
+		t.Errorf("HPA metrics %+v, want CPU and shoal_replica_utilization_ratio averaging 0.7", r.hpas[0].Spec.Metrics)
+	}
+	// Without a capacity nothing exports the metric: refused, not an HPA
+	// waiting for a metric that never comes.
+	if _, err := renderRaw(t, "autoscaling: {enabled: true, targetUtilizationRatio: \"0.7\"}\n", renderOpts{}); err == nil {
+		t.Error("targetUtilizationRatio without capacity.samplesPerSecond was accepted")
+	}
+	d := render(t, "", renderOpts{})
+	if got := d.flag("cluster.capacity.samples-per-second"); len(got) != 0 {
+		t.Errorf("--cluster.capacity.samples-per-second=%v rendered without a capacity", got)
+	}
+}
+
+// A stopping pod has time for the whole shutdown, the hand-over included.
+func TestGracePeriodCoversTheHandover(t *testing.T) {
+	r := render(t, "", renderOpts{})
+	var total time.Duration
+	for _, f := range []string{"cluster.terminate-grace", "storage.remote.flush-deadline", "cluster.handover.timeout"} {
+		d, err := time.ParseDuration(r.oneFlag(f))
+		if err != nil {
+			t.Fatalf("--%s: %v", f, err)
+		}
+		total += d
+	}
+	total += 5 * time.Second // leaving the cluster
+	if g := r.pod().Spec.TerminationGracePeriodSeconds; g == nil || time.Duration(*g)*time.Second < total {
+		t.Errorf("terminationGracePeriodSeconds %v, want at least %v", g, total)
 	}
 }
 

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"reflect"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -32,11 +33,14 @@ func FuzzDecodeMeta(f *testing.F) {
 		if !st.valid() || st.String() != m.State {
 			t.Fatalf("decoded state %v from %q", st, m.State)
 		}
-		again, st2, err := decodeMeta(encodeMetaWith(st, m.HTTPAddr, time.UnixMilli(m.StartTime), m.Lamport, m.watermarks()))
+		again, st2, err := decodeMeta(encodeMetaCarry(st, m.HTTPAddr, m.KubeNode, time.UnixMilli(m.StartTime), m.Lamport, m.watermarks(), m.carried()))
 		if err != nil || st2 != st {
 			t.Fatalf("re-encoded %+v: %v, %v", m, st2, err)
 		}
-		if utf8.ValidString(m.HTTPAddr) && again != m {
+		if len(m.Carried) == 0 {
+			m.Carried = nil // [] and absent read the same
+		}
+		if utf8.ValidString(m.HTTPAddr) && utf8.ValidString(m.KubeNode) && !reflect.DeepEqual(again, m) {
 			t.Fatalf("re-encoded %+v reads back as %+v", m, again)
 		}
 	})

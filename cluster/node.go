@@ -46,6 +46,9 @@ type Peer struct {
 	StartTime time.Time
 	// Handoff is the peer's hand-off progress (zero from older versions).
 	Handoff Watermarks
+	// Carried lists the backlogs of departed nodes the peer still has to
+	// deliver (SetCarried).
+	Carried []Carry
 }
 
 // Node is this process's membership in the cluster.
@@ -64,6 +67,7 @@ type Node struct {
 	state      State
 	metaClock  uint64 // lamport value of the last local state change
 	watermarks Watermarks
+	carried    []Carry
 	advertised []byte        // metadata memberlist last advertised for this node
 	announcing bool          // an announcer goroutine owns this node's UpdateNode calls
 	reannounce bool          // metadata changed while announcing
@@ -454,6 +458,31 @@ func (n *Node) SetWatermarks(w Watermarks) {
 	}
 }
 
+// SetCarried publishes the backlogs of departed nodes this node holds
+// undelivered (package handover). It refuses a list that would not fit in
+// the node metadata; then nothing changes. It does not wait for delivery.
+func (n *Node) SetCarried(cs []Carry) error {
+	n.mu.Lock()
+	if slices.Equal(n.carried, cs) {
+		n.mu.Unlock()
+		return nil
+	}
+	old := n.carried
+	n.carried = slices.Clone(cs)
+	if size := len(n.metaLocked()); size > memberlist.MetaMaxSize {
+		n.carried = old
+		n.mu.Unlock()
+		return fmt.Errorf("cluster: %d carried backlogs do not fit in the node metadata (%d bytes, at most %d)", len(cs), size, memberlist.MetaMaxSize)
+	}
+	ml, left := n.ml, n.left || n.stopped
+	n.mu.Unlock()
+	n.afterChange()
+	if ml != nil && !left {
+		n.broadcastState(ml)
+	}
+	return nil
+}
+
 // broadcastState has memberlist advertise the current metadata; it does not
 // wait. An update must not replace this node's previous one in memberlist's
 // broadcast queue while that is still being sent: when it was the only
@@ -539,6 +568,7 @@ func (n *Node) selfLocked() Peer {
 		Self:      true,
 		StartTime: n.startTime,
 		Handoff:   n.watermarks,
+		Carried:   slices.Clone(n.carried),
 	}
 }
 
@@ -761,6 +791,7 @@ func (n *Node) observe(mn *memberlist.Node, event string) {
 		p.State, p.HTTPAddr, p.KubeNode = st, m.HTTPAddr, m.KubeNode
 		p.StartTime = time.UnixMilli(m.StartTime)
 		p.Handoff = m.watermarks()
+		p.Carried = m.carried()
 		n.mergeLamport(m.Lamport)
 	}
 	n.mu.Lock()
@@ -821,7 +852,7 @@ func (n *Node) mergeLamport(seen uint64) {
 }
 
 func (n *Node) metaLocked() []byte {
-	return encodeMetaKube(n.state, n.cfg.HTTPAddr, n.cfg.KubeNode, n.startTime, n.metaClock, n.watermarks)
+	return encodeMetaCarry(n.state, n.cfg.HTTPAddr, n.cfg.KubeNode, n.startTime, n.metaClock, n.watermarks, n.carried)
 }
 
 // delegate gives memberlist this node's metadata.

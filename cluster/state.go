@@ -1,9 +1,12 @@
 package cluster
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/cespare/xxhash/v2"
 )
 
 // State is a node's role in the cluster. Only participants own targets.
@@ -105,6 +108,49 @@ type nodeMeta struct {
 	AckedSeq   uint64 `json:"as,omitempty"`
 	// Placement generation of the fence; absent in older versions.
 	FencedPlacement uint64 `json:"fp,omitempty"`
+	// Backlogs carried for nodes that left (Carry): [key, seq] pairs.
+	Carried [][2]uint64 `json:"c,omitempty"`
+}
+
+// Carry says that a node holds, not yet delivered, the unsent samples that
+// another node handed over when it left (package handover): the new owners
+// of the leaver's targets keep holding their own samples until the carrier
+// stops announcing it.
+type Carry struct {
+	// Of is CarryKey of the leaver's name and start time.
+	Of uint64
+	// Seq is the leaver's last fence whose samples the backlog holds.
+	Seq uint64
+}
+
+// CarryKey names one life of a node in a Carry: a hash keeps the
+// metadata short whatever the node name's length.
+func CarryKey(node string, start time.Time) uint64 {
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], uint64(start.UnixMilli()))
+	return xxhash.Sum64String(node + "\xff" + string(b[:]))
+}
+
+func (m nodeMeta) carried() []Carry {
+	if len(m.Carried) == 0 {
+		return nil
+	}
+	out := make([]Carry, len(m.Carried))
+	for i, c := range m.Carried {
+		out[i] = Carry{Of: c[0], Seq: c[1]}
+	}
+	return out
+}
+
+func carriedMeta(cs []Carry) [][2]uint64 {
+	if len(cs) == 0 {
+		return nil
+	}
+	out := make([][2]uint64, len(cs))
+	for i, c := range cs {
+		out[i] = [2]uint64{c.Of, c.Seq}
+	}
+	return out
 }
 
 func (m nodeMeta) watermarks() Watermarks {
@@ -120,7 +166,12 @@ func encodeMetaWith(state State, httpAddr string, start time.Time, lamport uint6
 }
 
 func encodeMetaKube(state State, httpAddr, kubeNode string, start time.Time, lamport uint64, wm Watermarks) []byte {
+	return encodeMetaCarry(state, httpAddr, kubeNode, start, lamport, wm, nil)
+}
+
+func encodeMetaCarry(state State, httpAddr, kubeNode string, start time.Time, lamport uint64, wm Watermarks, carried []Carry) []byte {
 	b, _ := json.Marshal(nodeMeta{
+		Carried:         carriedMeta(carried),
 		Version:         metaVersion,
 		State:           state.String(),
 		HTTPAddr:        httpAddr,

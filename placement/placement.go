@@ -139,6 +139,21 @@ type Options struct {
 	// WeightPeriod is how often weights are published (ModeBounded); 0
 	// means DefaultWeightPeriod.
 	WeightPeriod time.Duration
+	// Backlogs, when set, extends holds to backlogs handed over by peers
+	// that left (package handover); nil: a peer that is gone is not
+	// waited for.
+	Backlogs Backlogs
+}
+
+// Backlogs tells whether a departed peer's unsent samples live on
+// elsewhere, undelivered: a peer that left with a backlog may have handed
+// it to another node (package handover), whose delivery the new owners of
+// the peer's targets must wait for as they would for the peer's own.
+type Backlogs interface {
+	// Pending reports whether node's backlog from the life that started
+	// at start, up to its fence seq, is held by some node and not yet
+	// delivered, or may still be announced by one.
+	Pending(node string, start time.Time, seq uint64) bool
 }
 
 func (o Options) withDefaults() Options {
@@ -224,6 +239,8 @@ type hold struct {
 	// is waited for until it acknowledges its next fence, but only until
 	// nextUntil.
 	need map[string]peerNeed
+	// backlogs is Options.Backlogs (nil: none).
+	backlogs Backlogs
 }
 
 type peerNeed struct {
@@ -803,7 +820,7 @@ func (c *Coordinator) Activate(r scrape.Placement, config uint64, units []scrape
 		// peer that makes it later overlapped with this node anyway.
 		need[p.Name] = peerNeed{seq: p.Handoff.FencedSeq, next: !fencedView(p, viewID, ringID), start: p.StartTime}
 	}
-	h := &hold{start: now, due: now.Add(c.opts.HandoffTimeout), nextUntil: now.Add(c.opts.HandoffDelay), release: c.remote.Hold(pos), need: need}
+	h := &hold{start: now, due: now.Add(c.opts.HandoffTimeout), nextUntil: now.Add(c.opts.HandoffDelay), release: c.remote.Hold(pos), need: need, backlogs: c.opts.Backlogs}
 	c.mu.Lock()
 	c.holds = append(c.holds, h)
 	n := len(c.holds)
@@ -908,6 +925,11 @@ func (h *hold) waitingFor(alive map[string]cluster.Peer, now time.Time) []string
 		seq := n.seq
 		if n.next && now.Before(h.nextUntil) {
 			seq++
+		}
+		if h.backlogs != nil && h.backlogs.Pending(name, n.start, seq) {
+			// Handed over to another node: its delivery is the peer's.
+			out = append(out, name)
+			continue
 		}
 		switch {
 		case !ok:

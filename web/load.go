@@ -196,6 +196,23 @@ func (m *loadMeter) observe(now time.Time, appended float64) float64 {
 	return (appended - base.appended) / elapsed
 }
 
+// rate is the rate over the observations recorded so far (run records one
+// every rateEvery), without gathering: a gauge computed inside a Gather of
+// the same registry must not gather again.
+func (m *loadMeter) rate() float64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.obs) < 2 {
+		return 0
+	}
+	base, last := m.obs[0], m.obs[len(m.obs)-1]
+	elapsed := last.at.Sub(base.at).Seconds()
+	if elapsed < 1 || last.appended < base.appended {
+		return 0
+	}
+	return (last.appended - base.appended) / elapsed
+}
+
 func labelValue(lps []*dto.LabelPair, name string) string {
 	for _, lp := range lps {
 		if lp.GetName() == name {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/shoal-dev/shoal/cluster"
+	"github.com/shoal-dev/shoal/handover"
 )
 
 //go:embed templates/*.html
@@ -142,6 +143,9 @@ type pageData struct {
 
 	Query   string
 	Explain *ExplainData
+
+	// Handover is the backlog hand-over's state; nil without one.
+	Handover *handover.Status
 }
 
 // rowLimit bounds the placement table; filters reach the rest.
@@ -164,6 +168,7 @@ func (h *Handler) pageData(r *http.Request, title string) *pageData {
 		}
 	}
 	d.Node = h.nodeStatus()
+	d.Handover = h.handoverStatus()
 	d.Conflict = h.nameConflict(d.Now)
 	d.Uptime = d.Now.Sub(h.start)
 	for _, t := range d.Targets {

@@ -81,6 +81,35 @@ func TestLoadFromRealWAL(t *testing.T) {
 	}
 }
 
+// TestRateIsReadableWhileGathering: shoal_replica_utilization_ratio is a
+// gauge over the meter, registered in the registry the meter gathers:
+// computing it must not gather again (it deadlocked when it did).
+func TestRateIsReadableWhileGathering(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	w := openWAL(t, reg)
+	m := &loadMeter{g: reg}
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "test_utilization"}, m.rate))
+	t0 := time.Now()
+	appendSeries(t, w, 10, t0)
+	m.read(t0)
+	appendSeries(t, w, 10, t0.Add(time.Second))
+	m.read(t0.Add(5 * time.Second))
+	if got := m.rate(); got != 2 {
+		t.Errorf("rate = %v, want 10 samples / 5s = 2", got)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "test_utilization" {
+			if got := mf.GetMetric()[0].GetGauge().GetValue(); got != 2 {
+				t.Errorf("gauge = %v, want 2", got)
+			}
+		}
+	}
+}
+
 // TestRateWindow: the rate covers about the last rateWindow, not the whole life.
 func TestRateWindow(t *testing.T) {
 	m := &loadMeter{}

@@ -85,6 +85,9 @@ type Options struct {
 	// when WebConfigFile enables TLS or basic auth. Peers are asked over
 	// https when WebConfigFile enables TLS.
 	PeerClientConfigFile string
+	// Handover receives backlogs of departing peers (POST
+	// /api/v1/handover) and is shown on the status page; nil: none.
+	Handover Handover
 }
 
 // Handler serves the routes; Server adds the listener.
@@ -146,6 +149,9 @@ func New(opts Options, logger *slog.Logger) *Handler {
 	h.mux.HandleFunc("GET /api/v1/cluster/targets", h.apiClusterTargets)
 	h.mux.HandleFunc("GET /api/v1/cluster/explain", h.apiExplain)
 	h.mux.HandleFunc("GET /api/v1/status/node", h.apiNodeStatus)
+	if opts.Handover != nil {
+		h.mux.Handle("POST /api/v1/handover", opts.Handover)
+	}
 	// Profiles, as Prometheus serves them, for the CPU and memory investigations
 	// that benchmarks start. They sit behind the same TLS and basic auth as
 	// every other route: exporter-toolkit wraps the whole handler in Run.

@@ -65,6 +65,9 @@ type flags struct {
 	replicaLabel           string
 	placement              string
 	terminateGraceDeadline time.Duration
+	handoverTimeout        time.Duration
+	handoverMaxBytes       units.Base2Bytes
+	capacitySamples        float64
 
 	autoMemLimit      bool
 	autoMemLimitRatio float64
@@ -162,6 +165,12 @@ func newApp(f *flags, hostname string) *kingpin.Application {
 		Default("5m").DurationVar(&f.handoffTimeout)
 	app.Flag("cluster.terminate-grace", "On shutdown, how long to wait for this node's last samples of handed-off targets to be acknowledged after it turned terminating.").
 		Default("5s").DurationVar(&f.terminateGraceDeadline)
+	app.Flag("cluster.handover.timeout", "On shutdown, how long a replica whose remote-write queues still hold unacknowledged samples (after --cluster.terminate-grace and the flush) may spend handing that backlog to a live peer, which stores it and sends it; 0 disables the hand-over. What cannot be handed over in time stays on this replica's storage.").
+		Default("60s").DurationVar(&f.handoverTimeout)
+	app.Flag("cluster.handover.max-bytes", "Largest backlog (WAL and progress files) a replica hands over, and most a replica keeps of backlogs taken over and not yet delivered.").
+		Default("2GB").BytesVar(&f.handoverMaxBytes)
+	app.Flag("cluster.capacity.samples-per-second", "Samples per second one replica is sized for: shoal_replica_utilization_ratio is the samples appended per second over this, the signal an autoscaler scales the replicas on. 0: no such gauge.").
+		Default("0").FloatVar(&f.capacitySamples)
 	app.Flag("cluster.replica-label", "With --cluster.replication-factor above 1, the target label that carries each owner's rank for the target (0 for the primary); on targets whose __shoal_sharding__ label is all, each node's name. Must not start with \"__\".").
 		Default("replica").StringVar(&f.replicaLabel)
 	app.Flag("cluster.placement", "How targets are placed on the participants: ring (consistent hashing, equal shares of the key space) or bounded (bounded-load consistent hashing over the samples/s each owner measures and gossips: no node above 1.10 × the mean). Every node must run the same.").
@@ -189,6 +198,9 @@ func parseApp(app *kingpin.Application, f *flags, args []string) (*flags, error)
 	}
 	if f.handoffTimeout <= 0 {
 		return nil, fmt.Errorf("--cluster.handoff-timeout must be positive, got %s", f.handoffTimeout)
+	}
+	if f.handoverTimeout < 0 || f.capacitySamples < 0 {
+		return nil, fmt.Errorf("--cluster.handover.timeout and --cluster.capacity.samples-per-second must not be negative")
 	}
 	if f.replicationFactor < 1 {
 		return nil, fmt.Errorf("--cluster.replication-factor must be at least 1, got %d", f.replicationFactor)

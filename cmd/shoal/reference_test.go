@@ -144,7 +144,7 @@ func TestMetricsReferenceIsCurrent(t *testing.T) {
 	descs := describe(t, reg)
 	var b strings.Builder
 	b.WriteString("# Metrics\n\n")
-	b.WriteString("Every metric a clustered `shoal` with one scrape job and one `remote_write` registers, generated\n")
+	b.WriteString("Every metric a clustered `shoal` with one scrape job, one `remote_write` and a capacity registers, generated\n")
 	b.WriteString("from its registry by `make docs` (a test fails when this file and the binary disagree). The type\n")
 	b.WriteString("is left empty for a vector that had no series yet when the reference was taken. The Go runtime's\n")
 	b.WriteString("`go_*` and the process' `process_*` metrics are the standard ones and not listed.\n")
@@ -170,7 +170,7 @@ func TestMetricsReferenceIsCurrent(t *testing.T) {
 // with a matching prefix, and the last group takes the rest.
 var metricGroups = []metricGroup{
 	{"Cluster (the names Grafana Alloy's cluster dashboards use)", []string{"cluster_"}},
-	{"Cluster, ring, placement and hand-off", []string{"shoal_cluster_", "shoal_ring_", "shoal_placement_", "shoal_handoff_", "shoal_targets_", "shoal_handover_"}},
+	{"Cluster, ring, placement and hand-off", []string{"shoal_cluster_", "shoal_ring_", "shoal_placement_", "shoal_handoff_", "shoal_targets_", "shoal_handover_", "shoal_replica_"}},
 	{"Write-ahead log", []string{"shoal_wal_"}},
 	{"Remote write", []string{"prometheus_remote_storage_", "shoal_remotewrite_"}},
 	{"Scraping and discovery (Prometheus' own)", []string{"prometheus_target_", "prometheus_sd_", "prometheus_scrape_"}},
@@ -303,6 +303,7 @@ func runReferenceAgent(t *testing.T, reg *prometheus.Registry) {
 		"--cluster.enabled", "--cluster.node-name=reference",
 		"--cluster.listen-address=" + gossip, "--cluster.advertise-address=" + gossip,
 		"--cluster.name=reference", "--log.level=warn",
+		"--cluster.capacity.samples-per-second=10000", // shoal_replica_utilization_ratio
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -35,6 +35,7 @@ import (
 
 	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/discoveryerr"
+	"github.com/shoal-dev/shoal/handover"
 	"github.com/shoal-dev/shoal/monitors"
 	"github.com/shoal-dev/shoal/placement"
 	"github.com/shoal-dev/shoal/remotewrite"
@@ -63,6 +64,8 @@ type agent struct {
 	filter    *shoalscrape.Filter
 	node      *cluster.Node          // nil when clustering is disabled
 	placement *placement.Coordinator // nil when clustering is disabled
+	handover  *handover.Service      // nil without clustering or with --cluster.handover.timeout=0
+	cfg       atomic.Pointer[config.Config]
 
 	// targetDiscErrs holds kubernetes_sd_configs' refusals (see routeClientGoLogs).
 	targetDiscErrs discoveryerr.Recorder
@@ -160,12 +163,23 @@ func runAgent(ctx context.Context, f *flags, reg *prometheus.Registry) error {
 			return err
 		}
 		a.node = node
+		// Before the node starts: a restarted receiver announces the
+		// backlogs it still holds in its very first gossip.
+		if err := a.newHandover(); err != nil {
+			return err
+		}
+		if a.handover != nil {
+			defer a.handover.Close()
+		}
 	}
 	var g oklogrun.Group
 	{
-		webCtx, webCancel := context.WithCancel(ctx)
 		webOpts := webOptions(a, f, scrapeView)
 		h := web.New(webOpts, logger.With("component", "web"))
+		if err := registerUtilization(reg, f.capacitySamples, h.SamplesPerSecond); err != nil {
+			return err
+		}
+		webCtx, webCancel := context.WithCancel(ctx)
 		var webErr error
 		webDone := make(chan struct{}) // closed once Run returned; webErr is set by then
 		go func() {
@@ -281,6 +295,7 @@ func runAgent(ctx context.Context, f *flags, reg *prometheus.Registry) error {
 			HandoffTimeout:    f.handoffTimeout,
 			TerminateGrace:    f.terminateGraceDeadline,
 			Placement:         f.placement,
+			Backlogs:          a.backlogs(),
 		}, a.node, fence, a.wal, a.remote, logger.With("component", "placement"), reg)
 		if err != nil {
 			discoveryCancel()
@@ -381,9 +396,14 @@ func runAgent(ctx context.Context, f *flags, reg *prometheus.Registry) error {
 		g.Add(func() error { return a.remote.Run(rwCtx) }, func(error) {
 			logger.Info("Flushing remote write queues", "deadline", f.remoteFlushTimeout)
 			a.remote.Stop(f.remoteFlushTimeout)
+			a.handOver()
 			rwCancel()
 			a.remote.Close()
 		})
+	}
+	if a.handover != nil {
+		hoCtx, hoCancel := context.WithCancel(ctx)
+		g.Add(func() error { a.handover.Run(hoCtx); return nil }, func(error) { hoCancel() })
 	}
 	if monWatcher != nil {
 		monCtx, monCancel := context.WithCancel(ctx)
@@ -431,6 +451,9 @@ func webOptions(a *agent, f *flags, scrapeView *lateScrape) web.Options {
 		o.Monitors = a.monitorsStatus
 	}
 	o.PeerClientConfigFile = f.webClientConfigFile // the status page asks peers with these credentials
+	if a.handover != nil {
+		o.Handover = a.handover
+	}
 	return o
 }
 
@@ -694,6 +717,10 @@ func (a *agent) applyConfig(cfg *config.Config, rwOpts map[string]remotewrite.Qu
 	// whole running configuration in place. The rest is validated at load.
 	if err := a.remote.ApplyConfigWithOptions(cfg, rwOpts); err != nil {
 		return fmt.Errorf("remote write: %w", err)
+	}
+	a.cfg.Store(cfg)
+	if a.handover != nil {
+		a.handover.ApplyConfig(cfg)
 	}
 	var errs []error
 	if err := a.scrape.ApplyConfig(cfg); err != nil {

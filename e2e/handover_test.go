@@ -1,0 +1,228 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Backlog hand-over (docs/handover.md): a replica that leaves while the
+// remote end is down hands its unsent samples to a peer, which stores them
+// and sends them once the remote end is back; the real TSDB receiver
+// refuses out-of-order and duplicate samples, so any misordering shows.
+
+const (
+	handoverTargets = 12
+	handoverOutage  = 60 * time.Second
+)
+
+type handoverScenario struct {
+	// killReceiver SIGKILLs the peer that acknowledged the transfer right
+	// after the acknowledgement and starts it again.
+	killReceiver bool
+}
+
+func TestHandoverScaleInDeploymentLosesNothing(t *testing.T) {
+	runHandoverScaleIn(t, handoverScenario{})
+}
+
+func TestHandoverReceiverKilledAfterAckLosesNothing(t *testing.T) {
+	runHandoverScaleIn(t, handoverScenario{killReceiver: true})
+}
+
+func handoverArgs() []string {
+	return []string{
+		"--cluster.terminate-grace=1s",
+		"--storage.remote.flush-deadline=1s",
+		"--cluster.handover.timeout=60s",
+	}
+}
+
+func runHandoverScaleIn(t *testing.T, sc handoverScenario) {
+	needBinary(t)
+	targets := startTargets(t, handoverTargets, 1)
+	recv := startGatedReceiver(t)
+	cfg := durabilityConfig(t, targetAddrs(targets), recv.writeURL(), "min_backoff: 50ms", "max_backoff: 1s")
+	nodes := newClusterAgents(t, 4, cfg, 4)
+	for _, a := range nodes {
+		a.spec.extraArgs = handoverArgs()
+	}
+	startCluster(t, nodes)
+	waitConverged(t, nodes, targets)
+	waitServed(t, targets, time.Now(), 2, convergeTimeout)
+
+	recv.status.Store(503)
+	t.Logf("remote end down for %v", handoverOutage)
+	time.Sleep(handoverOutage) // the outage is the scenario, not a synchronisation
+
+	leaver := nodes[3]
+	before := servedNow(targets)
+	scraped := 0
+	for _, v := range before {
+		scraped += v
+	}
+	began := time.Now()
+	leaver.stop()
+	t.Logf("%s stopped in %v", leaver.spec.name, time.Since(began).Round(time.Millisecond))
+	line := logLine(t, leaver, "Backlog handed over")
+	if line == "" {
+		t.Fatalf("%s: no \"Backlog handed over\" in its log", leaver.spec.name)
+	}
+	peer := logField(line, "peer")
+	t.Logf("transfer: %s", line)
+	// Deployment: the leaver's storage goes with the pod.
+	if err := os.RemoveAll(leaver.storage); err != nil {
+		t.Fatal(err)
+	}
+	live := nodes[:3]
+	waitConverged(t, live, targets)
+
+	if sc.killReceiver {
+		var rcv *agent
+		for _, a := range live {
+			if a.spec.name == peer {
+				rcv = a
+			}
+		}
+		if rcv == nil {
+			t.Fatalf("the transfer went to %q, not a live node", peer)
+		}
+		rcv.kill()
+		t.Logf("%s SIGKILLed after acknowledging the transfer; starting it again", rcv.spec.name)
+		rcv.spec.waitForSize = len(live) // the cluster is scaled in
+		rcv.start()
+		rcv.waitReady(convergeTimeout)
+		waitConverged(t, live, targets)
+	}
+
+	recv.status.Store(0)
+	t.Logf("remote end back")
+	want := servedNow(targets)
+	checkCounters(t, recv.testReceiver, targets, want, nil)
+	served := 0
+	for _, v := range want {
+		served += v
+	}
+	st := recv.Stats()
+	t.Logf("counter values scraped before the scale-in: %d (of %d served by the end); receiver: stored=%d out_of_order=%d duplicate=%d too_old=%d exact_duplicates=%d",
+		scraped, served, st.Stored, st.OutOfOrder, st.Duplicate, st.TooOld, st.Dropped)
+	recv.checkNoRejections(t)
+	if st.Dropped != 0 {
+		t.Errorf("receiver dropped %d exact duplicates: a sample was sent twice", st.Dropped)
+	}
+	checkNoFailedSamples(t, live)
+	for _, a := range live {
+		if v, err := a.metricValue("shoal_handover_prometheus_remote_storage_samples_failed_total", nil); err == nil && v != 0 {
+			t.Errorf("%s: %v samples of a backlog taken over failed", a.spec.name, v)
+		}
+	}
+	eventually(t, convergeTimeout, "the backlog taken over is delivered and withdrawn", func() error {
+		for _, a := range live {
+			v, err := a.metricValue("shoal_handover_pending_backlogs", nil)
+			if err != nil {
+				return err
+			}
+			if v != 0 {
+				return fmt.Errorf("%s still holds %v backlogs", a.spec.name, v)
+			}
+		}
+		return nil
+	})
+}
+
+// TestHandoverWithoutPeerKeepsBacklogForRestart: the only replica stops
+// while the remote end is down, so there is nobody to hand over to: the
+// failure is counted and logged, its WAL and progress stay, and the same
+// replica started again (a StatefulSet pod coming back) sends everything.
+func TestHandoverWithoutPeerKeepsBacklogForRestart(t *testing.T) {
+	runHandoverFailure(t, 1, nil, "no_peer")
+}
+
+// TestHandoverRefusedByPeerKeepsBacklogForRestart: the only peer takes
+// no backlog over 1KB (--cluster.handover.max-bytes), so it refuses the
+// transfer (counted on both sides); the leaver keeps its backlog, and the
+// peer's hold on the leaver's targets waits for it: started again on its
+// storage, the leaver sends it before the peer sends anything newer of
+// those targets, so the receiver refuses nothing.
+func TestHandoverRefusedByPeerKeepsBacklogForRestart(t *testing.T) {
+	runHandoverFailure(t, 2, []string{"--cluster.handover.max-bytes=1KB"}, "too_large")
+}
+
+// runHandoverFailure runs n replicas (the peers with peerArgs), stops the
+// first while the remote end is down, requires its hand-over to fail with
+// reason, starts it again on the same storage and checks that every
+// counter value served arrives, none refused and none twice.
+func runHandoverFailure(t *testing.T, n int, peerArgs []string, reason string) {
+	needBinary(t)
+	targets := startTargets(t, 4, 1)
+	recv := startGatedReceiver(t)
+	cfg := durabilityConfig(t, targetAddrs(targets), recv.writeURL(), "min_backoff: 50ms", "max_backoff: 1s")
+	nodes := newClusterAgents(t, n, cfg, n)
+	for i, a := range nodes {
+		a.spec.extraArgs = handoverArgs()
+		if i > 0 {
+			a.spec.extraArgs = append(a.spec.extraArgs, peerArgs...)
+		}
+	}
+	startCluster(t, nodes)
+	waitConverged(t, nodes, targets)
+	waitServed(t, targets, time.Now(), 2, convergeTimeout)
+	recv.status.Store(503)
+	waitServed(t, targets, time.Now(), 5, convergeTimeout)
+	a := nodes[0]
+	began := time.Now()
+	a.stop()
+	t.Logf("%s stopped in %v", a.spec.name, time.Since(began).Round(time.Millisecond))
+	line := logLine(t, a, "Backlog hand-over failed")
+	if !strings.Contains(line, "reason="+reason) {
+		t.Fatalf("want a hand-over failure with reason %s in the log, got %q", reason, line)
+	}
+	t.Logf("failure: %s", line)
+	for _, p := range nodes[1:] {
+		v, err := p.metricValue("shoal_handover_failures_total", map[string]string{"direction": "received", "reason": reason})
+		if err != nil || v != 1 {
+			t.Errorf("%s: shoal_handover_failures_total{direction=received,reason=%s} = %v (%v), want 1", p.spec.name, reason, v, err)
+		}
+	}
+	if n > 1 {
+		waitConverged(t, nodes[1:], targets)
+	}
+	a.start()
+	a.waitReady(convergeTimeout)
+	waitConverged(t, nodes, targets)
+	recv.status.Store(0)
+	want := servedNow(targets)
+	checkCounters(t, recv.testReceiver, targets, want, nil)
+	recv.checkNoRejections(t)
+	if st := recv.Stats(); st.Dropped != 0 {
+		t.Errorf("receiver dropped %d exact duplicates", st.Dropped)
+	}
+	checkNoFailedSamples(t, nodes)
+}
+
+// logLine returns the last line of a's log containing s.
+func logLine(t *testing.T, a *agent, s string) string {
+	t.Helper()
+	b, err := os.ReadFile(a.logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, s) {
+			found = l
+		}
+	}
+	return found
+}
+
+func logField(line, key string) string {
+	m := regexp.MustCompile(`\b` + key + `=("[^"]*"|\S+)`).FindStringSubmatch(line)
+	if m == nil {
+		return ""
+	}
+	return strings.Trim(m[1], `"`)
+}

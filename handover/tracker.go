@@ -1,0 +1,159 @@
+package handover
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/shoal-dev/shoal/cluster"
+)
+
+// Membership is what the Tracker follows (*cluster.Node).
+type Membership interface {
+	Peers() []cluster.Peer
+	Subscribe() (<-chan struct{}, func())
+}
+
+// Tracker implements placement.Backlogs from the gossiped carries: a
+// departed node's backlog is pending while a live node announces it, while
+// its carrier is gone (crashed, restarting: it announces it again on start
+// and sends it) for up to ttl, and for up to wait after a node that left
+// terminating with unacknowledged samples and nobody announces its backlog:
+// the announcement may still be on its way, or the hand-over failed and
+// the data stayed on the leaver's storage, which a replica coming back on
+// it (a StatefulSet pod) sends before anything newer. The hold that asks
+// ends at --cluster.handoff-timeout anyway, so wait is that timeout.
+type Tracker struct {
+	m          Membership
+	wait, ttl  time.Duration
+	now        func() time.Time
+	mu         sync.Mutex
+	refreshed  time.Time
+	alive      map[string]cluster.Peer
+	last       map[string]cluster.Peer // last seen state of every node, alive or not
+	goneAt     map[string]time.Time
+	seen       map[uint64]seenCarry
+	delivered  map[uint64]time.Time // carries withdrawn by a live carrier, when
+	refreshGap time.Duration
+}
+
+type seenCarry struct {
+	carrier string
+	at      time.Time // last seen announced
+}
+
+// Defaults for NewTracker.
+const (
+	DefaultLeaverWait = 5 * time.Minute
+	DefaultCarryTTL   = 10 * time.Minute
+)
+
+// NewTracker follows m; wait and ttl: see Tracker (0: the defaults).
+func NewTracker(m Membership, wait, ttl time.Duration) *Tracker {
+	if wait <= 0 {
+		wait = DefaultLeaverWait
+	}
+	if ttl <= 0 {
+		ttl = DefaultCarryTTL
+	}
+	return &Tracker{m: m, wait: wait, ttl: ttl, now: time.Now, refreshGap: 10 * time.Millisecond,
+		alive: map[string]cluster.Peer{}, last: map[string]cluster.Peer{}, goneAt: map[string]time.Time{}, seen: map[uint64]seenCarry{}, delivered: map[uint64]time.Time{}}
+}
+
+// Run refreshes the view on every membership change until ctx ends, so
+// that a node's state just before it left is known.
+func (t *Tracker) Run(ctx context.Context) {
+	if t.m == nil {
+		return
+	}
+	ch, cancel := t.m.Subscribe()
+	defer cancel()
+	t.refresh(true)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ch:
+			t.refresh(true)
+		}
+	}
+}
+
+func (t *Tracker) refresh(force bool) {
+	now := t.now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.m == nil || (!force && now.Sub(t.refreshed) < t.refreshGap) {
+		return
+	}
+	t.refreshed = now
+	alive := map[string]cluster.Peer{}
+	for _, p := range t.m.Peers() {
+		alive[p.Name] = p
+		t.last[p.Name] = p
+		delete(t.goneAt, p.Name)
+		for _, c := range p.Carried {
+			t.seen[c.Of] = seenCarry{carrier: p.Name, at: now}
+		}
+	}
+	for name := range t.last {
+		if _, ok := alive[name]; ok {
+			continue
+		}
+		if _, ok := t.goneAt[name]; !ok {
+			t.goneAt[name] = now
+		}
+		if now.Sub(t.goneAt[name]) > t.ttl {
+			delete(t.last, name)
+			delete(t.goneAt, name)
+		}
+	}
+	for key, s := range t.seen {
+		p, ok := alive[s.carrier]
+		switch {
+		case ok && !announces(p, key):
+			// Delivered, or passed on: the next carrier announces it
+			// (and seen follows it on the next refresh).
+			delete(t.seen, key)
+			t.delivered[key] = now
+		case !ok && now.Sub(s.at) > t.ttl:
+			delete(t.seen, key)
+		}
+	}
+	for key, at := range t.delivered {
+		if _, ok := t.seen[key]; ok || now.Sub(at) > t.ttl {
+			delete(t.delivered, key)
+		}
+	}
+	t.alive = alive
+}
+
+func announces(p cluster.Peer, key uint64) bool {
+	for _, c := range p.Carried {
+		if c.Of == key {
+			return true
+		}
+	}
+	return false
+}
+
+// Pending implements placement.Backlogs.
+func (t *Tracker) Pending(node string, start time.Time, seq uint64) bool {
+	t.refresh(false)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	key := cluster.CarryKey(node, start)
+	if _, ok := t.seen[key]; ok {
+		return true
+	}
+	if _, ok := t.alive[node]; ok {
+		return false
+	}
+	if _, ok := t.delivered[key]; ok {
+		return false
+	}
+	p, ok := t.last[node]
+	gone, isGone := t.goneAt[node]
+	return ok && isGone && t.now().Sub(gone) < t.wait &&
+		p.State == cluster.Terminating && p.StartTime.Equal(start) && p.Handoff.AckedSeq < seq
+}

@@ -1,0 +1,82 @@
+package handover
+
+import (
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/shoal-dev/shoal/cluster"
+)
+
+func TestTrackerKeepsLeaverPendingWhileItsBacklogIsCarried(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.UnixMilli(1000)
+		leaver := cluster.Peer{Name: "leaver", State: cluster.Terminating, StartTime: start, Handoff: cluster.Watermarks{FencedSeq: 2, AckedSeq: 1}}
+		carrier := cluster.Peer{Name: "carrier", State: cluster.Participant, StartTime: start}
+		cl := newFakeCluster("owner")
+		cl.setPeers(leaver, carrier)
+		// A wait longer than the whole test: the withdrawal at the end,
+		// not the wait running out, must end the pending.
+		tr := NewTracker(cl, time.Hour, 5*time.Minute)
+		tr.refresh(true)
+		if tr.Pending("leaver", start, 2) {
+			t.Fatal("an alive leaver is the placement's to wait for, not the tracker's")
+		}
+		// The leaver is gone before the carrier's announcement arrives.
+		cl.setPeers(carrier)
+		tr.refresh(true)
+		if !tr.Pending("leaver", start, 2) {
+			t.Fatal("a leaver gone terminating with its fence unacknowledged is pending while an announcement may be on its way")
+		}
+		withCarry := carrier
+		withCarry.Carried = []cluster.Carry{{Of: cluster.CarryKey("leaver", start), Seq: 2}}
+		cl.setPeers(withCarry)
+		time.Sleep(time.Minute)
+		tr.refresh(true)
+		if !tr.Pending("leaver", start, 2) {
+			t.Fatal("an announced backlog is pending")
+		}
+		// The carrier crashes: still pending, until the TTL.
+		cl.setPeers()
+		time.Sleep(time.Minute)
+		tr.refresh(true)
+		if !tr.Pending("leaver", start, 2) {
+			t.Fatal("a backlog whose carrier is down is pending")
+		}
+		// It comes back announcing it, then withdraws it once delivered.
+		withCarry.StartTime = start.Add(time.Hour)
+		cl.setPeers(withCarry)
+		tr.refresh(true)
+		if !tr.Pending("leaver", start, 2) {
+			t.Fatal("a re-announced backlog is pending")
+		}
+		cl.setPeers(carrier)
+		tr.refresh(true)
+		if tr.Pending("leaver", start, 2) {
+			t.Fatal("a delivered backlog is still pending")
+		}
+	})
+}
+
+func TestTrackerForgetsLeaverWithoutCarrierAfterTheWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.UnixMilli(1000)
+		cl := newFakeCluster("owner")
+		cl.setPeers(cluster.Peer{Name: "leaver", State: cluster.Terminating, StartTime: start, Handoff: cluster.Watermarks{FencedSeq: 2, AckedSeq: 1}})
+		tr := NewTracker(cl, 10*time.Second, 5*time.Minute)
+		tr.refresh(true)
+		cl.setPeers()
+		tr.refresh(true)
+		if !tr.Pending("leaver", start, 2) {
+			t.Fatal("pending right after it left")
+		}
+		time.Sleep(11 * time.Second)
+		if tr.Pending("leaver", start, 2) {
+			t.Fatal("still pending after the wait although nobody announced its backlog")
+		}
+		// A leaver that had its fence acknowledged is never waited for.
+		if tr.Pending("leaver", start, 1) {
+			t.Fatal("pending for an acknowledged fence")
+		}
+	})
+}
