@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	commonconfig "github.com/prometheus/common/config"
 	corev1 "k8s.io/api/core/v1"
+	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/shoal-dev/shoal/monitors"
 )
@@ -67,4 +69,33 @@ func mustConvert(t *testing.T, objs monitors.Objects, res monitors.Resolver) *mo
 		t.FailNow()
 	}
 	return r
+}
+
+var testResolver = mapResolver{
+	secrets: map[string]map[string]string{
+		"apps/auth":  {"user": "alice", "pass": "s3cret", "token": "tok", "client-secret": "cs"},
+		"apps/tls":   {"key": tlsFixture("client.key"), "cert": tlsFixture("client.crt")},
+		"infra/auth": {"token": "infra-token", "scw": "11111111-2222-3333-4444-555555555555"},
+	},
+	configMaps: map[string]map[string]string{
+		"apps/ca": {"ca.crt": tlsFixture("ca.crt")},
+	},
+}
+
+// pemLine returns the first base64 line of a testdata/tls file.
+func pemLine(name string) string { return strings.Split(tlsFixture(name), "\n")[1] }
+
+// decode reads Kubernetes objects written as YAML, the way they arrive
+// from the API server, so that tests use the API's field names.
+func decode[T any](t *testing.T, docs ...string) []*T {
+	t.Helper()
+	var out []*T
+	for _, d := range docs {
+		v := new(T)
+		if err := sigsyaml.UnmarshalStrict([]byte(d), v); err != nil {
+			t.Fatalf("decode %q: %v", d, err)
+		}
+		out = append(out, v)
+	}
+	return out
 }
