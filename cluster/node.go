@@ -46,6 +46,9 @@ type Peer struct {
 	StartTime time.Time
 	// Handoff is the peer's hand-off progress (zero from older versions).
 	Handoff Watermarks
+	// ScrapeConfig is the scrape configuration the peer runs and the one it
+	// still places by (zero from older versions).
+	ScrapeConfig ConfigIDs
 }
 
 // Node is this process's membership in the cluster.
@@ -64,6 +67,7 @@ type Node struct {
 	state      State
 	metaClock  uint64 // lamport value of the last local state change
 	watermarks Watermarks
+	configIDs  ConfigIDs
 	advertised []byte        // metadata memberlist last advertised for this node
 	announcing bool          // an announcer goroutine owns this node's UpdateNode calls
 	reannounce bool          // metadata changed while announcing
@@ -454,6 +458,23 @@ func (n *Node) SetWatermarks(w Watermarks) {
 	}
 }
 
+// SetScrapeConfig publishes which scrape configuration this node runs and
+// places by in its metadata; it does not wait for the gossip.
+func (n *Node) SetScrapeConfig(ids ConfigIDs) {
+	n.mu.Lock()
+	if n.configIDs == ids {
+		n.mu.Unlock()
+		return
+	}
+	n.configIDs = ids
+	ml, left := n.ml, n.left || n.stopped
+	n.mu.Unlock()
+	n.afterChange()
+	if ml != nil && !left {
+		n.broadcastState(ml)
+	}
+}
+
 // broadcastState has memberlist advertise the current metadata; it does not
 // wait. An update must not replace this node's previous one in memberlist's
 // broadcast queue while that is still being sent: when it was the only
@@ -539,6 +560,8 @@ func (n *Node) selfLocked() Peer {
 		Self:      true,
 		StartTime: n.startTime,
 		Handoff:   n.watermarks,
+		// What this node announces, as peers see it.
+		ScrapeConfig: n.configIDs,
 	}
 }
 
@@ -761,6 +784,7 @@ func (n *Node) observe(mn *memberlist.Node, event string) {
 		p.State, p.HTTPAddr, p.KubeNode = st, m.HTTPAddr, m.KubeNode
 		p.StartTime = time.UnixMilli(m.StartTime)
 		p.Handoff = m.watermarks()
+		p.ScrapeConfig = m.configIDs()
 		n.mergeLamport(m.Lamport)
 	}
 	n.mu.Lock()
@@ -821,7 +845,7 @@ func (n *Node) mergeLamport(seen uint64) {
 }
 
 func (n *Node) metaLocked() []byte {
-	return encodeMetaKube(n.state, n.cfg.HTTPAddr, n.cfg.KubeNode, n.startTime, n.metaClock, n.watermarks)
+	return encodeMetaFull(n.state, n.cfg.HTTPAddr, n.cfg.KubeNode, n.startTime, n.metaClock, n.watermarks, n.configIDs)
 }
 
 // delegate gives memberlist this node's metadata.
