@@ -32,7 +32,7 @@ type PlacementInfo struct {
 }
 
 // ScrapeConfigStatus is the scrape configuration agreement as this node
-// sees it (docs/handoff.md): ids are short hexadecimal digests.
+// sees it (docs/operations.md#configuration-rollouts): ids are short hexadecimal digests.
 type ScrapeConfigStatus struct {
 	// Current is the configuration this node runs; Previous the one it
 	// keeps to place targets by until every participant runs Current.
