@@ -29,8 +29,8 @@ import (
 //     have it, and then moves every key in one generation;
 //  3. else, or once 2 has lasted --cluster.handoff-timeout (a replica kept
 //     on another configuration): the cur most participants announce (a tie
-//     goes to the configuration of the longest-running participant, the
-//     one the cluster ran before).
+//     goes to the one more of them hold, then to the longest-running
+//     participant's: the one the cluster ran before).
 //
 // A participant that holds neither id steps aside: it is left off the ring
 // and owns nothing (its targets are handed off as on any ring change), so
@@ -172,11 +172,13 @@ func commonID(voters []cluster.Peer) uint64 {
 	return common[0]
 }
 
-// majorityCur is the cur most voters announce; a tie goes to the one whose
+// majorityCur is the cur most voters announce. A tie goes to the one more
+// voters hold (run or kept: fewer step aside when a second change starts
+// rolling while a replica is kept on an old one), then to the one whose
 // announcers include the longest-running voter (the configuration the
 // cluster ran before a rolling restart began), then to the smaller id.
 func majorityCur(voters []cluster.Peer) uint64 {
-	count := map[uint64]int{}
+	count, held := map[uint64]int{}, map[uint64]int{}
 	oldest := map[uint64]time.Time{}
 	for _, p := range voters {
 		id := p.ScrapeConfig.Cur
@@ -185,10 +187,18 @@ func majorityCur(voters []cluster.Peer) uint64 {
 			oldest[id] = p.StartTime
 		}
 	}
+	for _, p := range voters {
+		for id := range count {
+			if p.ScrapeConfig.Cur == id || p.ScrapeConfig.Prev == id {
+				held[id]++
+			}
+		}
+	}
 	ids := slices.Collect(maps.Keys(count))
 	slices.SortFunc(ids, func(x, y uint64) int {
 		return cmp.Or(
 			cmp.Compare(count[y], count[x]),
+			cmp.Compare(held[y], held[x]),
 			oldest[x].Compare(oldest[y]),
 			cmp.Compare(x, y),
 		)

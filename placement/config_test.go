@@ -38,6 +38,7 @@ func TestAgreementOnScrapeConfiguration(t *testing.T) {
 		{"most run the new one: the old ones step aside", []cluster.Peer{voter("a", n, 0, 9), voter("b", n, 0, 8), voter("c", o, 0, 3)}, false, n, ruleMajority, []string{"c"}},
 		{"a tie goes to the longest-running participant's", []cluster.Peer{voter("a", n, 0, 9), voter("c", o, 0, 3)}, false, o, ruleMajority, []string{"a"}},
 		{"one that forgot its kept configuration decided for all", []cluster.Peer{voter("a", n, 0, 1), voter("b", n, o, 2), voter("c", o, 0, 3)}, false, n, ruleMajority, []string{"c"}},
+		{"a second change past the timeout: the one more still hold", []cluster.Peer{voter("a", m, n, 9), voter("b", n, 0, 8), voter("c", o, 0, 1)}, true, n, ruleMajority, []string{"c"}},
 		{"no participant announces one", []cluster.Peer{viewer, older}, false, 0, ruleOwn, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
