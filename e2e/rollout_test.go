@@ -292,13 +292,40 @@ func TestRolloutRestartCarriesChange(t *testing.T) {
 		h.stop(a)
 		a.start()
 		a.waitReady(startTimeout)
-		eventually(t, convergeTimeout, "every target on one replica after "+a.spec.name+"'s restart", func() error {
+		// As a rolling update waits for the pod it replaced: every node a
+		// participant in every view, one agreed configuration, every
+		// target on one replica (some may step aside).
+		eventually(t, convergeTimeout, "settled after "+a.spec.name+"'s restart", func() error {
+			placing := map[string]bool{}
+			for _, b := range h.nodes {
+				pr, err := b.peers()
+				if err != nil {
+					return err
+				}
+				for _, p := range pr.Data.Peers {
+					if p.State != "participant" {
+						return fmt.Errorf("%s sees %s %s", b.spec.name, p.Name, p.State)
+					}
+				}
+				if len(pr.Data.Peers) != len(h.nodes) {
+					return fmt.Errorf("%s sees %d peers", b.spec.name, len(pr.Data.Peers))
+				}
+				sc, err := b.scrapeConfig()
+				if err != nil {
+					return err
+				}
+				placing[sc.ScrapeConfig.PlacingBy] = true
+			}
+			if len(placing) != 1 {
+				return fmt.Errorf("replicas place by %v", placing)
+			}
 			per, err := scrapedOnce(h.nodes, h.targets)
 			if err == nil {
 				t.Logf("after %s's restart: %v", a.spec.name, per)
 			}
 			return err
 		})
+		waitServed(t, h.targets, time.Now(), 2, convergeTimeout)
 	}
 	done := waitRolledOut(t, h.nodes, h.targets)
 	h.phaseShiftTo = done.Add(2 * scrapeInterval)
@@ -363,7 +390,11 @@ func TestRolloutReplicaKeepsOldConfiguration(t *testing.T) {
 	})
 	// Before the timeout: placed by the old configuration, every replica
 	// scraping its share, each under its own configuration.
-	if _, err := snapshotOwnership(h.nodes, h.targets); err != nil && time.Since(split) < timeout {
+	err := poll(timeout/2, func() error {
+		_, err := snapshotOwnership(h.nodes, h.targets)
+		return err
+	})
+	if err != nil && time.Since(split) < timeout {
 		t.Errorf("during the drift: %v", err)
 	}
 	for _, a := range h.nodes {
