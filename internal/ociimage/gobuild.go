@@ -35,7 +35,7 @@ func goBuild(ctx context.Context, o Options, p v1.Platform, out string) error {
 	cmd.Dir = o.ModuleDir
 	cmd.Env = append(os.Environ(),
 		"CGO_ENABLED=0", "GOFLAGS=", "GOOS="+p.OS, "GOARCH="+p.Architecture,
-		"GOAMD64=v1", "GOARM64=v8.0", "GOARM=7")
+		"GOAMD64=v1", "GOARM64=v8.0")
 	var outBuf bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &outBuf, &outBuf
 	if err := cmd.Run(); err != nil {
