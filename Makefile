@@ -153,12 +153,19 @@ chart-docs:
 docs:
 	$(GO) test -count=1 -run '^Test(Flags|Metrics)ReferenceIsCurrent$$' ./cmd/shoal -update-docs
 
-# The container image (Dockerfile at the root). Needs a container engine and
-# the base images (golang, distroless/static) pullable or already present.
-CONTAINER_ENGINE ?= docker
-IMAGE            ?= ghcr.io/shoal-dev/shoal:$(VERSION)
+# The container image, without a container engine (cmd/shoal-image,
+# internal/ociimage): an OCI image layout in IMAGE_DIR tagged VERSION,
+# linux/amd64 and linux/arm64, non-root, with the CA bundle; reproducible
+# (every time at SOURCE_DATE_EPOCH, the last commit's); SPDX SBOMs in
+# build/sbom and attached in the layout. Pushing it: docs/development.md.
+IMAGE_DIR         ?= build/image
+IMAGE_PLATFORMS   ?= linux/amd64,linux/arm64
+CA_BUNDLE         ?= /etc/ssl/certs/ca-certificates.crt
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 image:
-	$(CONTAINER_ENGINE) build --build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) --build-arg GOTAGS=$(GOTAGS) -t $(IMAGE) .
+	$(GO) run ./cmd/shoal-image -out $(IMAGE_DIR) -sbom-dir build/sbom -platforms $(IMAGE_PLATFORMS) \
+		-ca-bundle $(CA_BUNDLE) -version $(VERSION) -revision $(REVISION) -tags '$(GOTAGS)' \
+		-source-date-epoch $(SOURCE_DATE_EPOCH)
 
 # A local 3-replica cluster with 30 demo targets and a local receiver; Ctrl-C stops it.
 demo:
@@ -169,4 +176,4 @@ bench:
 	./bench/run.sh
 
 clean:
-	rm -rf $(BIN) .demo
+	rm -rf $(BIN) .demo build

@@ -52,17 +52,31 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// buildShoal runs `go build -o <dir>/shoal ./cmd/shoal` from the module root.
-func buildShoal(dir string) (string, error) {
+// goTool is the go command: from PATH, else from GOROOT.
+func goTool() string {
 	goBin, err := exec.LookPath("go")
 	if err != nil {
 		goBin = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
 	}
-	gomod, err := exec.Command(goBin, "env", "GOMOD").Output()
+	return goBin
+}
+
+// moduleRoot is the directory of go.mod.
+func moduleRoot() (string, error) {
+	gomod, err := exec.Command(goTool(), "env", "GOMOD").Output()
 	if err != nil {
 		return "", fmt.Errorf("go env GOMOD: %w", err)
 	}
-	root := filepath.Dir(strings.TrimSpace(string(gomod)))
+	return filepath.Dir(strings.TrimSpace(string(gomod))), nil
+}
+
+// buildShoal runs `go build -o <dir>/shoal ./cmd/shoal` from the module root.
+func buildShoal(dir string) (string, error) {
+	goBin := goTool()
+	root, err := moduleRoot()
+	if err != nil {
+		return "", err
+	}
 	bin := filepath.Join(dir, "shoal")
 	args := []string{"build", "-o", bin}
 	if os.Getenv("SHOAL_E2E_RACE") == "1" {

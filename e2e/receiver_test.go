@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -31,6 +32,12 @@ type testReceiver struct {
 
 func startReceiver(t testing.TB) *testReceiver {
 	t.Helper()
+	return startReceiverTLS(t, nil)
+}
+
+// startReceiverTLS serves over HTTPS with tlsConfig when it is not nil.
+func startReceiverTLS(t testing.TB, tlsConfig *tls.Config) *testReceiver {
+	t.Helper()
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	r, err := receiver.New(t.TempDir(), logger)
 	if err != nil {
@@ -38,7 +45,7 @@ func startReceiver(t testing.TB) *testReceiver {
 	}
 	tr := &testReceiver{Receiver: r}
 	h := r.Handler()
-	tr.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+	tr.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if req.URL.Path == "/api/v1/write" && tr.unavailable.Load() {
 			tr.refused.Add(1)
 			http.Error(w, "receiver unavailable (e2e)", http.StatusServiceUnavailable)
@@ -46,6 +53,12 @@ func startReceiver(t testing.TB) *testReceiver {
 		}
 		h.ServeHTTP(w, req)
 	}))
+	if tlsConfig != nil {
+		tr.srv.TLS = tlsConfig
+		tr.srv.StartTLS()
+	} else {
+		tr.srv.Start()
+	}
 	t.Cleanup(func() {
 		tr.srv.Close()
 		if err := r.Close(); err != nil {
