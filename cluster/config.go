@@ -24,10 +24,9 @@ const (
 	// 512-byte limit (memberlist.MetaMaxSize).
 	maxHTTPAddrLen = 256
 	// maxKubeNodeLen is a Kubernetes node name's limit (a DNS subdomain);
-	// with the HTTP address it must stay within maxMetaStrings, which
-	// leaves room for the watermarks and the scrape configuration ids.
+	// with the HTTP address it must stay within maxMetaStrings.
 	maxKubeNodeLen = 253
-	maxMetaStrings = 260
+	maxMetaStrings = 300
 	// maxLabelLen is memberlist's limit on the cluster label.
 	maxLabelLen = 255
 )

@@ -96,13 +96,6 @@ func (c *fakeCluster) SetWatermarks(w cluster.Watermarks) {
 	c.notify()
 }
 
-func (c *fakeCluster) SetScrapeConfig(ids cluster.ConfigIDs) {
-	c.mu.Lock()
-	c.self.ScrapeConfig = ids
-	c.mu.Unlock()
-	c.notify()
-}
-
 func (c *fakeCluster) SetWeights(w map[uint64]float64) {
 	c.mu.Lock()
 	old := c.weights[c.self.Name]
@@ -172,7 +165,6 @@ type fakeFilter struct {
 	ring        scrape.Placement
 	participant bool
 	sets        int
-	placeBy     uint64
 }
 
 func (f *fakeFilter) SetRing(r scrape.Placement, _ string, _ int, participant bool) {
@@ -185,12 +177,6 @@ func (f *fakeFilter) SetRing(r scrape.Placement, _ string, _ int, participant bo
 func (f *fakeFilter) Recheck() {}
 
 func (f *fakeFilter) SetKubeNodes(map[string]string) {}
-
-func (f *fakeFilter) SetPlacementConfig(id uint64) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.placeBy = id
-}
 
 func (f *fakeFilter) last() (scrape.Placement, bool, int) {
 	f.mu.Lock()

@@ -46,8 +46,6 @@ func (f *fencingFilter) Recheck() {}
 
 func (f *fencingFilter) SetKubeNodes(map[string]string) {}
 
-func (f *fencingFilter) SetPlacementConfig(uint64) {}
-
 func (f *fencingFilter) last() scrape.Placement {
 	f.mu.Lock()
 	defer f.mu.Unlock()
