@@ -223,3 +223,35 @@ func (c *countingSink) File(name string, size int64) (io.WriteCloser, error) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// A receiver restarted with a backlog on disk reports it as carried and
+// pending at once, before any gossip, so that placement holds its queues
+// (placement.Backlogs.Carried) until the backlog is delivered.
+func TestRestartedReceiverReportsStoredBacklogBeforeGossip(t *testing.T) {
+	src := t.TempDir()
+	writeBacklog(t, src, 50)
+	dir := filepath.Join(t.TempDir(), "handover")
+	first := newTestService(t, newFakeCluster("receiver"), Options{Dir: dir})
+	if code, a := post(t, first, encodeDir(t, src, testID)); code != http.StatusOK {
+		t.Fatalf("answer %d %+v", code, a)
+	}
+	again := newTestService(t, newFakeCluster("receiver"), Options{Dir: dir})
+	tr := again.Tracker()
+	carried := tr.Carried()
+	if len(carried) != 1 || carried[0].Node != "leaver" || !carried[0].Start.Equal(msTime(1000)) || carried[0].Seq != 3 {
+		t.Fatalf("carried after restart %+v, want the leaver's backlog up to fence 3", carried)
+	}
+	if !tr.Pending("leaver", msTime(1000), 3) {
+		t.Fatal("a stored backlog is not pending before the first gossip")
+	}
+	if err := again.store.Delivered(testID); err != nil {
+		t.Fatal(err)
+	}
+	if err := again.announce(); err != nil {
+		t.Fatal(err)
+	}
+	tr.refresh(true) // the withdrawal gossiped
+	if len(tr.Carried()) != 0 || tr.Pending("leaver", msTime(1000), 3) {
+		t.Fatal("a delivered backlog is still carried or pending")
+	}
+}

@@ -37,6 +37,7 @@ import (
 	"github.com/prometheus/prometheus/config"
 
 	"github.com/shoal-dev/shoal/cluster"
+	"github.com/shoal-dev/shoal/placement"
 )
 
 // Defaults for Options.
@@ -195,11 +196,15 @@ func (s *Service) announce() error {
 		return err
 	}
 	var carries []cluster.Carry
+	var local []placement.Departed
 	var bytes int64
 	for _, b := range pend {
-		carries = append(carries, cluster.Carry{Of: cluster.CarryKey(b.Node, time.UnixMilli(b.Start)), Seq: b.Seq})
+		start := time.UnixMilli(b.Start)
+		carries = append(carries, cluster.Carry{Of: cluster.CarryKey(b.Node, start), Seq: b.Seq})
+		local = append(local, placement.Departed{Node: b.Node, Start: start, Seq: b.Seq})
 		bytes += b.Bytes
 	}
+	s.tracker.setLocal(local)
 	s.metrics.pending.Set(float64(len(pend)))
 	s.metrics.pendingBytes.Set(float64(bytes))
 	if s.cl == nil {

@@ -2,10 +2,12 @@ package handover
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/shoal-dev/shoal/cluster"
+	"github.com/shoal-dev/shoal/placement"
 )
 
 // Membership is what the Tracker follows (*cluster.Node).
@@ -35,6 +37,9 @@ type Tracker struct {
 	seen       map[uint64]seenCarry
 	delivered  map[uint64]time.Time // carries withdrawn by a live carrier, when
 	refreshGap time.Duration
+	// local are the backlogs this node stores: pending whatever gossip
+	// says (at start, before the first gossip, too).
+	local []placement.Departed
 }
 
 type seenCarry struct {
@@ -137,11 +142,30 @@ func announces(p cluster.Peer, key uint64) bool {
 	return false
 }
 
+// setLocal records the backlogs this node stores.
+func (t *Tracker) setLocal(ds []placement.Departed) {
+	t.mu.Lock()
+	t.local = ds
+	t.mu.Unlock()
+}
+
+// Carried implements placement.Backlogs.
+func (t *Tracker) Carried() []placement.Departed {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return slices.Clone(t.local)
+}
+
 // Pending implements placement.Backlogs.
 func (t *Tracker) Pending(node string, start time.Time, seq uint64) bool {
 	t.refresh(false)
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	for _, d := range t.local {
+		if d.Node == node && d.Start.Equal(start) {
+			return true
+		}
+	}
 	key := cluster.CarryKey(node, start)
 	if _, ok := t.seen[key]; ok {
 		return true

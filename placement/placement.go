@@ -154,6 +154,16 @@ type Backlogs interface {
 	// at start, up to its fence seq, is held by some node and not yet
 	// delivered, or may still be announced by one.
 	Pending(node string, start time.Time, seq uint64) bool
+	// Carried lists the departed nodes' backlogs this node itself holds,
+	// undelivered.
+	Carried() []Departed
+}
+
+// Departed names a life of a node that left and the last fence of it.
+type Departed struct {
+	Node  string
+	Start time.Time
+	Seq   uint64
 }
 
 func (o Options) withDefaults() Options {
@@ -280,7 +290,31 @@ func New(opts Options, cl Cluster, fence Fencer, w WAL, remote Remote, logger *s
 	if opts.Placement == ModeBounded {
 		c.weigher = newWeigher(opts.WeightPolicy, opts.WeightPeriod, func() time.Time { return c.now() })
 	}
+	if opts.Backlogs != nil {
+		c.holdForCarried(opts.Backlogs.Carried())
+	}
 	return c, nil
+}
+
+// holdForCarried holds this node's whole WAL until the backlogs it carries
+// at start are delivered. In its previous life it may have taken over the
+// departed nodes' targets and held their samples behind those backlogs;
+// holds live in memory, so after a restart the queues would send those
+// samples first and the remote end would refuse the older ones of the
+// backlog as out of order. New runs before the queues start.
+func (c *Coordinator) holdForCarried(ds []Departed) {
+	if len(ds) == 0 {
+		return
+	}
+	need := map[string]peerNeed{}
+	for _, d := range ds {
+		need[d.Node] = peerNeed{seq: d.Seq, start: d.Start}
+	}
+	now := c.now()
+	c.holds = append(c.holds, &hold{start: now, due: now.Add(c.opts.HandoffTimeout), nextUntil: now,
+		release: c.remote.Hold(wal.Position{}), need: need, backlogs: c.opts.Backlogs})
+	c.metrics.holds.Set(float64(len(c.holds)))
+	c.logger.Info("Holding the remote-write queues until the backlogs taken over before the restart are delivered", "backlogs", len(ds), "timeout", c.opts.HandoffTimeout)
 }
 
 // Close unregisters the metrics.
