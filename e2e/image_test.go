@@ -149,11 +149,7 @@ func requireRuntime(t *testing.T) map[string]string {
 	case len(missing) == 0:
 		return tools
 	}
-	msg := "running the image needs " + strings.Join(missing, ", ")
-	if testutil.InCI() {
-		t.Fatal(msg)
-	}
-	t.Skip(msg + " (CI would fail here)")
+	testutil.Unavailable(t, "running the image needs "+strings.Join(missing, ", "))
 	return nil
 }
 

@@ -98,16 +98,8 @@ func executable(path string) error {
 	return nil
 }
 
-// InCI reports whether the tests run in CI (CI=true, as .ci/run sets it),
-// where a missing binary is a failure rather than a reason to skip.
-func InCI() bool { return testutil.InCI() }
-
 // TB is the part of testing.TB that RequireBinaries uses.
-type TB interface {
-	Helper()
-	Skip(args ...any)
-	Fatal(args ...any)
-}
+type TB = testutil.Skipper
 
 // RequireBinaries returns the binaries, or skips the test naming what is
 // missing and how to get it; in CI it fails the test instead.
@@ -117,10 +109,6 @@ func RequireBinaries(t TB) Binaries {
 	if err == nil {
 		return b
 	}
-	if InCI() {
-		t.Fatal("Kubernetes control plane unavailable in CI: " + err.Error())
-	} else {
-		t.Skip("Kubernetes control plane unavailable (CI would fail here): " + err.Error())
-	}
+	testutil.Unavailable(t, "Kubernetes control plane unavailable: "+err.Error())
 	return b
 }

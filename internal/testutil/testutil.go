@@ -6,7 +6,9 @@ package testutil
 import (
 	"fmt"
 	"io"
+	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -131,4 +133,30 @@ func LabelsMatch(lps []*dto.LabelPair, want map[string]string) bool {
 		}
 	}
 	return true
+}
+
+// InCI reports whether the tests run in CI (CI=true or 1, as .ci/run sets
+// it), where a missing prerequisite fails a test instead of skipping it.
+func InCI() bool {
+	v := strings.ToLower(os.Getenv("CI"))
+	return v == "true" || v == "1"
+}
+
+// Skipper is the part of testing.TB that Unavailable uses.
+type Skipper interface {
+	Helper()
+	Skip(args ...any)
+	Fatal(args ...any)
+}
+
+// Unavailable ends a test whose prerequisite (a tool, a privilege) this
+// machine lacks: it skips it, saying so, and in CI fails it instead, so
+// that CI never passes by skipping.
+func Unavailable(t Skipper, why string) {
+	t.Helper()
+	if InCI() {
+		t.Fatal(why + " (skipped elsewhere, a failure in CI)")
+	} else {
+		t.Skip(why + " (CI would fail here)")
+	}
 }
