@@ -11,6 +11,13 @@ PKGS_UNIT  = $(shell $(GO) list ./... | grep -v -e /e2e -e /internal/k8stest -e 
 # generated references); monitors' operator-fidelity tests (discovery/install,
 # built with !race) run in the package's second, plain run.
 PKGS_CHART = $(shell $(GO) list ./charts/...)
+# Every build without -race is static and path-free, the image's way
+# (internal/ociimage), so that vet, the binaries, the e2e build and the image
+# test share one compile of each package on a cold machine; the race
+# detector needs cgo, so the -race lines turn it back on.
+export CGO_ENABLED = 0
+export GOFLAGS    += -trimpath
+RACE       = CGO_ENABLED=1 $(GO) test -race
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 REVISION  ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 LDFLAGS    = -X github.com/prometheus/common/version.Version=$(VERSION) \
@@ -60,8 +67,8 @@ K8S_TESTS = ^TestKubernetes
 K8S_UNIT_PKGS = $(shell grep -rl --include='*_test.go' '^func TestKubernetes' . | xargs -r -n1 dirname | sort -u | grep -v -x -e ./e2e -e ./internal/k8stest)
 
 test-unit:
-	$(GO) test -race -count=1 -timeout 30m -skip '$(K8S_TESTS)' $(PKGS_UNIT)
-	$(GO) test -race -count=1 -timeout 10m -tags slim_sd ./cmd/shoal/
+	$(RACE) -count=1 -timeout 30m -skip '$(K8S_TESTS)' $(PKGS_UNIT)
+	$(RACE) -count=1 -timeout 10m -tags slim_sd ./cmd/shoal/
 	$(GO) test -count=1 -timeout 10m -skip '$(K8S_TESTS)' ./cmd/shoal/ ./monitors/ $(PKGS_CHART)
 
 test-e2e:
@@ -73,7 +80,7 @@ test-e2e:
 # processes discover each other and their targets through it.
 test-k8s: $(KUBE_APISERVER)
 	$(K8S_ENV) $(GO) test -count=1 -timeout 20m -v ./internal/k8stest/
-	$(if $(K8S_UNIT_PKGS),$(K8S_ENV) $(GO) test -race -count=1 -timeout 20m -v -run '$(K8S_TESTS)' $(K8S_UNIT_PKGS))
+	$(if $(K8S_UNIT_PKGS),$(K8S_ENV) $(RACE) -count=1 -timeout 20m -v -run '$(K8S_TESTS)' $(K8S_UNIT_PKGS))
 	$(K8S_ENV) $(GO) test -count=1 -timeout 30m -v -run '$(K8S_TESTS)' ./e2e/
 
 # Each fuzzer in turn for FUZZTIME (go test runs one -fuzz target at a

@@ -79,12 +79,15 @@ func buildShoal(dir string) (string, error) {
 	}
 	bin := filepath.Join(dir, "shoal")
 	args := []string{"build", "-o", bin}
+	env := os.Environ()
 	if os.Getenv("SHOAL_E2E_RACE") == "1" {
 		args = append(args, "-race")
+		env = append(env, "CGO_ENABLED=1") // the race detector needs cgo
 	}
 	args = append(args, "./cmd/shoal")
 	cmd := exec.Command(goBin, args...)
 	cmd.Dir = root
+	cmd.Env = env
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
