@@ -24,9 +24,10 @@ const (
 	// 512-byte limit (memberlist.MetaMaxSize).
 	maxHTTPAddrLen = 256
 	// maxKubeNodeLen is a Kubernetes node name's limit (a DNS subdomain);
-	// with the HTTP address it must stay within maxMetaStrings.
+	// with the HTTP address it must stay within maxMetaStrings, which
+	// leaves room for the watermarks and the scrape configuration ids.
 	maxKubeNodeLen = 253
-	maxMetaStrings = 300
+	maxMetaStrings = 260
 	// maxLabelLen is memberlist's limit on the cluster label.
 	maxLabelLen = 255
 )

@@ -25,8 +25,9 @@ func TestKubeNodeInMetadata(t *testing.T) {
 		t.Fatal(err)
 	}
 	max := Watermarks{FencedSeq: math.MaxUint64, FencedRing: math.MaxUint64, AckedSeq: math.MaxUint64, FencedPlacement: math.MaxUint64}
-	if b := encodeMetaKube(Terminating, addr, name, time.UnixMilli(math.MaxInt64), math.MaxUint64, max); len(b) > 512 {
-		t.Fatalf("metadata is %d bytes; memberlist allows 512", len(b))
+	ids := ConfigIDs{Cur: math.MaxUint32, Prev: math.MaxUint32}
+	if b := encodeMetaFull(Terminating, addr, name, time.UnixMilli(math.MaxInt64), math.MaxUint64, max, ids, nil); len(b) > 490 {
+		t.Fatalf("metadata is %d bytes; memberlist allows 512 and the rest needs room", len(b))
 	}
 	for _, bad := range []string{"Node-A", "node_a", "node a", strings.Repeat("n", maxKubeNodeLen+1)} {
 		if err := checkKubeNode(bad, 0); err == nil || !strings.Contains(err.Error(), "Kubernetes node name") {

@@ -33,7 +33,7 @@ func FuzzDecodeMeta(f *testing.F) {
 		if !st.valid() || st.String() != m.State {
 			t.Fatalf("decoded state %v from %q", st, m.State)
 		}
-		again, st2, err := decodeMeta(encodeMetaCarry(st, m.HTTPAddr, m.KubeNode, time.UnixMilli(m.StartTime), m.Lamport, m.watermarks(), m.carried()))
+		again, st2, err := decodeMeta(encodeMetaFull(st, m.HTTPAddr, m.KubeNode, time.UnixMilli(m.StartTime), m.Lamport, m.watermarks(), m.configIDs(), m.carried()))
 		if err != nil || st2 != st {
 			t.Fatalf("re-encoded %+v: %v, %v", m, st2, err)
 		}

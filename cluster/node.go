@@ -49,6 +49,9 @@ type Peer struct {
 	// Carried lists the backlogs of departed nodes the peer still has to
 	// deliver (SetCarried).
 	Carried []Carry
+	// ScrapeConfig is the scrape configuration the peer runs and the one it
+	// still places by (zero from older versions).
+	ScrapeConfig ConfigIDs
 }
 
 // Node is this process's membership in the cluster.
@@ -68,6 +71,7 @@ type Node struct {
 	metaClock  uint64 // lamport value of the last local state change
 	watermarks Watermarks
 	carried    []Carry
+	configIDs  ConfigIDs
 	advertised []byte        // metadata memberlist last advertised for this node
 	announcing bool          // an announcer goroutine owns this node's UpdateNode calls
 	reannounce bool          // metadata changed while announcing
@@ -483,6 +487,23 @@ func (n *Node) SetCarried(cs []Carry) error {
 	return nil
 }
 
+// SetScrapeConfig publishes which scrape configuration this node runs and
+// places by in its metadata; it does not wait for the gossip.
+func (n *Node) SetScrapeConfig(ids ConfigIDs) {
+	n.mu.Lock()
+	if n.configIDs == ids {
+		n.mu.Unlock()
+		return
+	}
+	n.configIDs = ids
+	ml, left := n.ml, n.left || n.stopped
+	n.mu.Unlock()
+	n.afterChange()
+	if ml != nil && !left {
+		n.broadcastState(ml)
+	}
+}
+
 // broadcastState has memberlist advertise the current metadata; it does not
 // wait. An update must not replace this node's previous one in memberlist's
 // broadcast queue while that is still being sent: when it was the only
@@ -569,6 +590,8 @@ func (n *Node) selfLocked() Peer {
 		StartTime: n.startTime,
 		Handoff:   n.watermarks,
 		Carried:   slices.Clone(n.carried),
+		// What this node announces, as peers see it.
+		ScrapeConfig: n.configIDs,
 	}
 }
 
@@ -792,6 +815,7 @@ func (n *Node) observe(mn *memberlist.Node, event string) {
 		p.StartTime = time.UnixMilli(m.StartTime)
 		p.Handoff = m.watermarks()
 		p.Carried = m.carried()
+		p.ScrapeConfig = m.configIDs()
 		n.mergeLamport(m.Lamport)
 	}
 	n.mu.Lock()
@@ -852,7 +876,7 @@ func (n *Node) mergeLamport(seen uint64) {
 }
 
 func (n *Node) metaLocked() []byte {
-	return encodeMetaCarry(n.state, n.cfg.HTTPAddr, n.cfg.KubeNode, n.startTime, n.metaClock, n.watermarks, n.carried)
+	return encodeMetaFull(n.state, n.cfg.HTTPAddr, n.cfg.KubeNode, n.startTime, n.metaClock, n.watermarks, n.configIDs, n.carried)
 }
 
 // delegate gives memberlist this node's metadata.

@@ -93,6 +93,16 @@ type Watermarks struct {
 	FencedPlacement uint64
 }
 
+// ConfigIDs tells which scrape configuration a node runs (Cur) and, while a
+// change it loaded is not yet the one the cluster places targets by, the
+// configuration it still places by (Prev; zero when none). The placement
+// package fills them with 32-bit digests of scrape.ConfigID, to keep the
+// metadata small, and agrees on one of them for the whole cluster. Zero
+// from older versions.
+type ConfigIDs struct {
+	Cur, Prev uint64
+}
+
 // nodeMeta is what a node gossips about itself in memberlist node metadata.
 // Short keys keep it far below memberlist's 512-byte limit.
 type nodeMeta struct {
@@ -110,6 +120,9 @@ type nodeMeta struct {
 	FencedPlacement uint64 `json:"fp,omitempty"`
 	// Backlogs carried for nodes that left (Carry): [key, seq] pairs.
 	Carried [][2]uint64 `json:"c,omitempty"`
+	// Scrape configuration ids (ConfigIDs); absent in older versions.
+	ConfigCur  uint64 `json:"cc,omitempty"`
+	ConfigPrev uint64 `json:"cp,omitempty"`
 }
 
 // Carry says that a node holds, not yet delivered, the unsent samples that
@@ -157,6 +170,10 @@ func (m nodeMeta) watermarks() Watermarks {
 	return Watermarks{FencedSeq: m.FencedSeq, FencedRing: m.FencedRing, AckedSeq: m.AckedSeq, FencedPlacement: m.FencedPlacement}
 }
 
+func (m nodeMeta) configIDs() ConfigIDs {
+	return ConfigIDs{Cur: m.ConfigCur, Prev: m.ConfigPrev}
+}
+
 func encodeMeta(state State, httpAddr string, start time.Time, lamport uint64) []byte {
 	return encodeMetaWith(state, httpAddr, start, lamport, Watermarks{})
 }
@@ -166,10 +183,10 @@ func encodeMetaWith(state State, httpAddr string, start time.Time, lamport uint6
 }
 
 func encodeMetaKube(state State, httpAddr, kubeNode string, start time.Time, lamport uint64, wm Watermarks) []byte {
-	return encodeMetaCarry(state, httpAddr, kubeNode, start, lamport, wm, nil)
+	return encodeMetaFull(state, httpAddr, kubeNode, start, lamport, wm, ConfigIDs{}, nil)
 }
 
-func encodeMetaCarry(state State, httpAddr, kubeNode string, start time.Time, lamport uint64, wm Watermarks, carried []Carry) []byte {
+func encodeMetaFull(state State, httpAddr, kubeNode string, start time.Time, lamport uint64, wm Watermarks, cfg ConfigIDs, carried []Carry) []byte {
 	b, _ := json.Marshal(nodeMeta{
 		Carried:         carriedMeta(carried),
 		Version:         metaVersion,
@@ -182,6 +199,8 @@ func encodeMetaCarry(state State, httpAddr, kubeNode string, start time.Time, la
 		FencedRing:      wm.FencedRing,
 		AckedSeq:        wm.AckedSeq,
 		FencedPlacement: wm.FencedPlacement,
+		ConfigCur:       cfg.Cur,
+		ConfigPrev:      cfg.Prev,
 	})
 	return b
 }

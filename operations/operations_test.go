@@ -68,6 +68,7 @@ func healthyCluster() map[string]string {
 		s[`cluster_node_gossip_received_events_total{`+l+`, event="join"}`] = "2x60"
 		s[`up{`+l+`}`] = "1x60"
 		s[`shoal_config_hash{`+l+`, sha256="aaa"}`] = "1x60"
+		s[`shoal_cluster_config_drift_peers{`+l+`}`] = "0x60"
 		s[`shoal_config_last_reload_successful{`+l+`}`] = "1x60"
 		s[`shoal_targets_owned{`+l+`, exported_job="demo"}`] = "100x60"
 		s[`shoal_targets_discovered{`+l+`, exported_job="demo"}`] = "300x60"
@@ -140,6 +141,16 @@ func TestAlertsFire(t *testing.T) {
 			delete(s, `shoal_config_hash{`+n3+`, sha256="aaa"}`)
 			s[`shoal_config_hash{`+n3+`, sha256="bbb"}`] = "1x60"
 		}, 30 * time.Minute, []string{"ClusterConfigurationDrift"}},
+		{"one replica keeps the old scrape configuration (gossip view)", func(s map[string]string) {
+			// n3 refused its new file: its peers see it drift, it sees both.
+			s[`shoal_cluster_config_drift_peers{`+nodeDefaults+`}`] = "0x10 1x50"
+			s[`shoal_cluster_config_drift_peers{`+n2+`}`] = "0x10 1x50"
+			s[`shoal_cluster_config_drift_peers{`+n3+`}`] = "0x10 2x50"
+		}, 30 * time.Minute, []string{"ClusterConfigurationDrift"}},
+		{"a rollout drifts briefly", func(s map[string]string) {
+			s[`shoal_cluster_config_drift_peers{`+nodeDefaults+`}`] = "0x10 1x2 0x48"
+			s[`shoal_cluster_config_drift_peers{`+n2+`}`] = "0x10 2x1 1x1 0x48"
+		}, 30 * time.Minute, nil},
 		{"orphaned target", func(s map[string]string) {
 			// Nobody scrapes t7 after 10m, and nobody wrote staleness markers.
 			s[`up{job="demo", instance="t7"}`] = "1x10"

@@ -117,6 +117,13 @@ func (n *meshNode) SetWatermarks(w cluster.Watermarks) {
 	n.m.notifyAllLocked()
 }
 
+func (n *meshNode) SetScrapeConfig(ids cluster.ConfigIDs) {
+	n.m.mu.Lock()
+	defer n.m.mu.Unlock()
+	n.self.ScrapeConfig = ids
+	n.m.notifyAllLocked()
+}
+
 func (n *meshNode) SetWeights(w map[uint64]float64) {
 	m := n.m
 	m.mu.Lock()

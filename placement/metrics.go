@@ -13,6 +13,8 @@ type metrics struct {
 	holdSeconds                prometheus.Histogram
 	holdTimeouts               prometheus.Counter
 	contested, contestTimeouts prometheus.Counter
+	// Scrape configuration agreement (config.go).
+	driftPeers, steppedAside, placingByPrev prometheus.Gauge
 	// ModeBounded.
 	published, placed, load, limit prometheus.Gauge
 	generations                    prometheus.Counter
@@ -50,6 +52,18 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "shoal_handoff_contest_timeouts_total",
 			Help: "Such waits ended by --cluster.handoff-timeout rather than by the peers' fences: gained targets started although a peer still followed another placement.",
 		}),
+		driftPeers: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "shoal_cluster_config_drift_peers",
+			Help: "Live peers that announce another scrape configuration (jobs, scheme, path, params, relabelling) than this node's; the ClusterConfigurationDrift alert fires when it stays above 0.",
+		}),
+		steppedAside: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "shoal_cluster_config_stepped_aside",
+			Help: "1 while this node steps aside: it runs a scrape configuration the cluster does not place targets by, and owns nothing.",
+		}),
+		placingByPrev: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "shoal_cluster_config_placing_by_previous",
+			Help: "1 while this node places targets by the scrape configuration it ran before its last reload, because not every participant has loaded the new one yet.",
+		}),
 		published: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "shoal_placement_weights_published",
 			Help: "Per-target weights this node publishes (--cluster.placement=bounded): the targets it scrapes as primary, and lost ones until their new owner publishes them.",
@@ -72,6 +86,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 	}
 	cs := []prometheus.Collector{m.fencedSeq, m.ackedSeq, m.holds, m.holdSeconds, m.holdTimeouts, m.contested, m.contestTimeouts,
+		m.driftPeers, m.steppedAside, m.placingByPrev,
 		m.published, m.placed, m.load, m.limit, m.generations}
 	g, err := promreg.Register(reg, cs...)
 	if err != nil {

@@ -78,6 +78,8 @@ type Cluster interface {
 	Subscribe() (<-chan struct{}, func())
 	SetState(cluster.State) error
 	SetWatermarks(cluster.Watermarks)
+	// SetScrapeConfig publishes the scrape configuration ids (config.go).
+	SetScrapeConfig(cluster.ConfigIDs)
 	// SetWeights publishes this node's per-target weights and Weights
 	// returns every alive node's last published set (ModeBounded only).
 	SetWeights(map[uint64]float64)
@@ -92,6 +94,10 @@ type Filter interface {
 	// SetKubeNodes gives the participants' Kubernetes node names, for
 	// node-local targets; it is called before SetRing when they change.
 	SetKubeNodes(byPeer map[string]string)
+	// SetPlacementConfig gives the ConfigID of the scrape configuration
+	// the cluster places targets by (config.go); it is called before
+	// SetRing when it changes.
+	SetPlacementConfig(id uint64)
 	Recheck()
 }
 
@@ -227,6 +233,8 @@ type Coordinator struct {
 	contestGen     uint64
 	contestSince   time.Time
 	contestExpired bool
+	// cfg is the scrape configuration agreement (config.go).
+	cfg configState
 }
 
 type fenceMark struct {
@@ -505,8 +513,12 @@ func (c *Coordinator) updateRing() {
 func (c *Coordinator) updateOnce() bool {
 	peers := c.cl.Peers()
 	self := c.cl.Self()
-	participant := self.State == cluster.Participant && c.cl.Ready()
-	key := fmt.Sprint(participant)
+	// Participants that cannot place targets by the configuration the
+	// cluster agrees on are left off the ring.
+	agreed, placeBy := c.agreeOn(peers)
+	peers = agreed.placers(peers)
+	participant := self.State == cluster.Participant && c.cl.Ready() && !agreed.isAside(c.opts.NodeName)
+	key := fmt.Sprintf("%v\xff%016x", participant, placeBy)
 	kube := map[string]string{}
 	for _, p := range peers {
 		if p.State == cluster.Participant {
@@ -552,6 +564,7 @@ func (c *Coordinator) updateOnce() bool {
 	c.ring, c.ringKey = r, key
 	c.mu.Unlock()
 	f.SetKubeNodes(kube)
+	f.SetPlacementConfig(placeBy)
 	f.SetRing(r, c.opts.NodeName, c.opts.ReplicationFactor, participant)
 	return c.publishWeights(r, u, sets, full)
 }
@@ -932,6 +945,9 @@ func (c *Coordinator) nextWake() time.Duration {
 	if len(c.pending) > 0 || len(c.holds) > 0 {
 		// Acknowledgements are polled; peers' watermarks arrive as changes.
 		d = ackPoll
+	}
+	if t := c.configWakeLocked(c.now()); t > 0 && (d == 0 || t < d) {
+		d = t
 	}
 	if c.contestGen != 0 && !c.contestExpired {
 		// The wake-up rechecks the filter, which asks Contested again.

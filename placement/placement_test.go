@@ -96,6 +96,13 @@ func (c *fakeCluster) SetWatermarks(w cluster.Watermarks) {
 	c.notify()
 }
 
+func (c *fakeCluster) SetScrapeConfig(ids cluster.ConfigIDs) {
+	c.mu.Lock()
+	c.self.ScrapeConfig = ids
+	c.mu.Unlock()
+	c.notify()
+}
+
 func (c *fakeCluster) SetWeights(w map[uint64]float64) {
 	c.mu.Lock()
 	old := c.weights[c.self.Name]
@@ -165,6 +172,7 @@ type fakeFilter struct {
 	ring        scrape.Placement
 	participant bool
 	sets        int
+	placeBy     uint64
 }
 
 func (f *fakeFilter) SetRing(r scrape.Placement, _ string, _ int, participant bool) {
@@ -177,6 +185,12 @@ func (f *fakeFilter) SetRing(r scrape.Placement, _ string, _ int, participant bo
 func (f *fakeFilter) Recheck() {}
 
 func (f *fakeFilter) SetKubeNodes(map[string]string) {}
+
+func (f *fakeFilter) SetPlacementConfig(id uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.placeBy = id
+}
 
 func (f *fakeFilter) last() (scrape.Placement, bool, int) {
 	f.mu.Lock()

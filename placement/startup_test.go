@@ -46,6 +46,8 @@ func (f *fencingFilter) Recheck() {}
 
 func (f *fencingFilter) SetKubeNodes(map[string]string) {}
 
+func (f *fencingFilter) SetPlacementConfig(uint64) {}
+
 func (f *fencingFilter) last() scrape.Placement {
 	f.mu.Lock()
 	defer f.mu.Unlock()

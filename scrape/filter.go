@@ -42,6 +42,12 @@ const (
 	reasonInvalidPrefix  = "invalid target: "
 )
 
+// ReasonNotPlaced: the target's job is new, or the target is relabelled
+// away, in the scrape configuration the cluster still places targets by
+// (see Filter.SetPlacementConfig); it is scraped once the cluster places by
+// this node's configuration.
+const ReasonNotPlaced = "not in the configuration the cluster places by yet"
+
 // FilterOptions configures a Filter. The zero value is usable: every zero
 // field takes the documented default.
 type FilterOptions struct {
@@ -147,6 +153,11 @@ type Handoff interface {
 	// config: they must be un-fenced, and their first samples ordered after
 	// the previous owners'. It is called before Fenced of the same re-filter.
 	Activate(r Placement, config uint64, units []Unit)
+	// Configured tells which scrape configuration this node has loaded
+	// (cur, a ConfigID) and which one it keeps to place targets by until
+	// the cluster agrees on cur (prev; 0 when none). It is called when
+	// either changes.
+	Configured(cur, prev uint64)
 }
 
 // TargetInfo describes one discovered target and its ownership, for the
@@ -190,7 +201,7 @@ type Filter struct {
 	mu         sync.Mutex
 	cfgs       map[string]*config.ScrapeConfig
 	cfgID      uint64 // ConfigID of cfgs
-	appliedCfg uint64 // cfgID as used by the last re-filter
+	appliedCfg uint64 // the view's configuration (viewConfig) at the last re-filter
 	jobs       map[string]*jobState
 	latest     ringState // as last given to SetRing
 	applied    ringState // as used by the last re-filter
@@ -206,8 +217,19 @@ type Filter struct {
 	// or relabelling changed the URL) moved, and is handed off.
 	series      map[uint64]uint64
 	ownedSeries map[uint64]uint64
-	refilters   int  // for tests: how many re-filters ran
-	resend      bool // the job set changed: send even if no target moved
+	// ownedURL is the scrape URL of every owned key: a reload that changes
+	// it while the key stays (the cluster still places by the previous
+	// configuration) keeps the owner and replaces only the scrape loop.
+	ownedURL  map[uint64]string
+	refilters int  // for tests: how many re-filters ran
+	resend    bool // the job set changed: send even if no target moved
+
+	// prevCfgs are the scrape configs this node placed targets by when it
+	// loaded cfgs, kept while the cluster places by them (prevID; 0: none).
+	// keyedBy is the ConfigID the entries' keys were computed under.
+	prevCfgs map[string]*config.ScrapeConfig
+	prevID   uint64
+	keyedBy  uint64
 }
 
 type waitEntry struct {
@@ -225,6 +247,9 @@ type ringState struct {
 	rf          int
 	participant bool
 	kube        *kubeNodes // for node-local targets; see sharding.go
+	// placeBy is the ConfigID of the scrape configuration the cluster
+	// places targets by (SetPlacementConfig); 0: this node's own.
+	placeBy uint64
 }
 
 // owners returns the ring owners of key under s, appended to buf[:0]
@@ -298,6 +323,7 @@ func NewFilter(opts FilterOptions, mgr ScrapeManager, logger *slog.Logger, reg p
 		known:       map[uint64]struct{}{},
 		series:      map[uint64]uint64{},
 		ownedSeries: map[uint64]uint64{},
+		ownedURL:    map[uint64]string{},
 	}
 	f.applied = f.latest
 	f.metrics.setRing(f.applied)
@@ -322,6 +348,8 @@ func (f *Filter) ApplyConfig(cfg *config.Config) error {
 
 	id := ConfigID(scfgs)
 	f.mu.Lock()
+	oldCur, oldPrev := f.cfgID, f.prevID
+	f.keepPlacing(id)
 	f.cfgID = id
 	for job, js := range f.jobs {
 		newCfg, ok := cfgs[job]
@@ -336,13 +364,63 @@ func (f *Filter) ApplyConfig(cfg *config.Config) error {
 	}
 	f.cfgs = cfgs
 	f.resend = true
+	cur, prev := f.cfgID, f.prevID
 	f.mu.Unlock()
 
+	if h := f.opts.Handoff; h != nil && (cur != oldCur || prev != oldPrev) {
+		h.Configured(cur, prev)
+	}
 	select {
 	case f.cfgSignal <- struct{}{}:
 	default:
 	}
 	return nil
+}
+
+// keepPlacing is ApplyConfig's step for a configuration id that differs
+// from the loaded one: the configuration targets are placed by now stays at
+// hand as prevCfgs, so that this node keeps placing targets where its peers
+// do until the cluster agrees on the new one. Without hand-off (no peers)
+// nothing is kept.
+func (f *Filter) keepPlacing(id uint64) {
+	if id == f.cfgID || f.cfgID == 0 || f.opts.Handoff == nil {
+		return
+	}
+	placing := f.latest.placeBy
+	if placing == 0 || placing != f.prevID {
+		// Placing by the loaded configuration (or by none this node has:
+		// it steps aside): that one is the best guess of the cluster's.
+		f.prevCfgs, f.prevID = f.cfgs, f.cfgID
+	}
+	if f.prevID == id {
+		// Back to the configuration placed by: nothing to keep.
+		f.prevCfgs, f.prevID = nil, 0
+	}
+}
+
+// SetPlacementConfig tells the Filter the ConfigID of the scrape
+// configuration the cluster places targets by: this node's loaded one, or
+// the one it kept when it loaded that (see Handoff.Configured). Targets are
+// then placed by their keys under it and scraped under the loaded one. An
+// id the Filter does not hold places by the loaded configuration (the
+// caller makes such a node own nothing). Like SetRing, calls are coalesced.
+func (f *Filter) SetPlacementConfig(id uint64) {
+	f.mu.Lock()
+	f.latest.placeBy = id
+	f.mu.Unlock()
+	select {
+	case f.ringSignal <- struct{}{}:
+	default:
+	}
+}
+
+// placingLocked returns the scrape configs targets are placed by under s,
+// and their ConfigID.
+func (f *Filter) placingLocked(s ringState) (map[string]*config.ScrapeConfig, uint64) {
+	if s.placeBy != 0 && s.placeBy == f.prevID && f.prevID != f.cfgID {
+		return f.prevCfgs, f.prevID
+	}
+	return f.cfgs, f.cfgID
 }
 
 // SetRing sets the placement (a ring) and this node's place in it. When participant is
@@ -359,7 +437,7 @@ func (f *Filter) SetRing(r Placement, self string, replicationFactor int, partic
 		r = nil
 	}
 	f.mu.Lock()
-	f.latest = ringState{ring: r, self: self, rf: replicationFactor, participant: participant, kube: f.latest.kube}
+	f.latest = ringState{ring: r, self: self, rf: replicationFactor, participant: participant, kube: f.latest.kube, placeBy: f.latest.placeBy}
 	f.mu.Unlock()
 	select {
 	case f.ringSignal <- struct{}{}:
@@ -470,8 +548,10 @@ func (f *Filter) merge(update map[string][]*targetgroup.Group) {
 	}
 }
 
-// computeEntries runs relabelling for every target of a job.
-func computeEntries(js *jobState, cfg *config.ScrapeConfig, lb *labels.Builder) (invalid int, firstErr error) {
+// computeEntries runs relabelling for every target of a job. Keys are
+// computed under place, the job's config in the configuration targets are
+// placed by (nil: the job is not in it), unless that is cfg itself.
+func computeEntries(js *jobState, cfg, place *config.ScrapeConfig, lb *labels.Builder) (invalid int, firstErr error) {
 	if js.hasNext {
 		js.groups, js.next, js.hasNext = js.next, nil, false
 	}
@@ -511,6 +591,9 @@ func computeEntries(js *jobState, cfg *config.ScrapeConfig, lb *labels.Builder) 
 				e.key, e.url, e.labels = key, u, final
 				e.series = seriesID(final)
 				e.mode, e.node = mode, node
+				if place != cfg {
+					e.key, e.reason = placeKey(lb, place, tl, g.Labels)
+				}
 			}
 			entries = append(entries, e)
 		}
@@ -518,6 +601,20 @@ func computeEntries(js *jobState, cfg *config.ScrapeConfig, lb *labels.Builder) 
 	js.entries = entries
 	js.dirty = false
 	return invalid, firstErr
+}
+
+// placeKey is a target's key under place, the config of its job that
+// targets are placed by; a target that config does not know (no such job,
+// relabelled away, invalid) has no key and ReasonNotPlaced.
+func placeKey(lb *labels.Builder, place *config.ScrapeConfig, tl, gl model.LabelSet) (uint64, string) {
+	if place == nil {
+		return 0, ReasonNotPlaced
+	}
+	key, _, _, err := KeyFor(lb, place, tl, gl)
+	if err != nil {
+		return 0, ReasonNotPlaced
+	}
+	return key, ""
 }
 
 // refilter recomputes ownership at time now. It returns the groups to pass
@@ -529,7 +626,16 @@ func (f *Filter) refilter(now time.Time) (out map[string][]*targetgroup.Group, c
 	f.refilters++
 	prev, cur := f.applied, f.latest
 	ringChanged := prev != cur
-	cfgID := f.cfgID
+	placeCfgs, placeID := f.placingLocked(cur)
+	dropped := f.dropPrevLocked(cur)
+	if placeID != f.keyedBy {
+		// The cluster switched configurations: every key is recomputed.
+		for _, js := range f.jobs {
+			js.dirty = true
+		}
+		f.keyedBy = placeID
+	}
+	cfgID := viewConfig(cur, placeID)
 	cfgChanged := cfgID != f.appliedCfg
 	changed = f.resend
 	f.resend = false
@@ -540,7 +646,11 @@ func (f *Filter) refilter(now time.Time) (out map[string][]*targetgroup.Group, c
 			continue
 		}
 		changed = true
-		invalid, err := computeEntries(js, cfg, lb)
+		place := cfg
+		if placeID != f.cfgID {
+			place = placeCfgs[job]
+		}
+		invalid, err := computeEntries(js, cfg, place, lb)
 		f.metrics.invalid.WithLabelValues(job).Set(float64(invalid))
 		if invalid > 0 {
 			f.logger.Warn("Ignoring invalid targets", "job", job, "count", invalid, "first_err", err)
@@ -556,6 +666,8 @@ func (f *Filter) refilter(now time.Time) (out map[string][]*targetgroup.Group, c
 		series      = f.series
 		owned       = make(map[uint64]int, len(f.owned))
 		ownedSeries = make(map[uint64]uint64, len(f.owned))
+		ownedURL    = make(map[uint64]string, len(f.owned))
+		rescraped   map[uint64]struct{}
 		waiting     = map[uint64]waitEntry{}
 		movedIn     int
 		ownedByJob  = map[string]int{}
@@ -687,6 +799,15 @@ func (f *Filter) refilter(now time.Time) (out map[string][]*targetgroup.Group, c
 				if active {
 					owned[e.key] = rank
 					ownedSeries[e.key] = e.series
+					ownedURL[e.key] = e.url
+					if wasOwned && oldRank == rank && f.ownedURL[e.key] != e.url && f.ownedSeries[e.key] == e.series {
+						// Kept under a new URL: the scrape manager replaces
+						// the loop, and the new one continues the series.
+						if rescraped == nil {
+							rescraped = map[uint64]struct{}{}
+						}
+						rescraped[e.key] = struct{}{}
+					}
 					ownedByJob[job]++
 					if gained {
 						movedIn++
@@ -747,9 +868,13 @@ func (f *Filter) refilter(now time.Time) (out map[string][]*targetgroup.Group, c
 		}
 	}
 	f.owned, f.waiting, f.known, f.applied = owned, waiting, known, cur
-	f.series, f.ownedSeries, f.appliedCfg = series, ownedSeries, cfgID
+	f.series, f.ownedSeries, f.ownedURL, f.appliedCfg = series, ownedSeries, ownedURL, cfgID
 	mgr := f.mgr
+	curID := f.cfgID
 	f.mu.Unlock()
+	if dropped && h != nil {
+		h.Configured(curID, 0)
+	}
 
 	if h != nil {
 		f.mu.Lock()
@@ -771,8 +896,15 @@ func (f *Filter) refilter(now time.Time) (out map[string][]*targetgroup.Group, c
 		f.metrics.setRing(cur)
 	}
 
-	if len(handoff) > 0 && mgr != nil {
+	if len(handoff)+len(rescraped) > 0 && mgr != nil {
+		if handoff == nil {
+			handoff = map[uint64]struct{}{}
+		}
+		maps.Copy(handoff, rescraped)
 		f.disableStaleness(mgr, handoff)
+		for k := range rescraped {
+			delete(handoff, k)
+		}
 	}
 	f.metrics.movedIn.Add(float64(movedIn))
 	f.metrics.movedOut.Add(float64(len(handoff)))
@@ -786,6 +918,27 @@ func (f *Filter) refilter(now time.Time) (out map[string][]*targetgroup.Group, c
 			"waiting_for_handoff", len(waiting), "delay", f.opts.HandoffDelay)
 	}
 	return out, changed, next
+}
+
+// dropPrevLocked forgets the kept configuration once the cluster places by
+// the loaded one; it reports whether it did.
+func (f *Filter) dropPrevLocked(s ringState) bool {
+	if f.prevID == 0 || s.placeBy == 0 || s.placeBy != f.cfgID {
+		return false
+	}
+	f.prevCfgs, f.prevID = nil, 0
+	return true
+}
+
+// viewConfig is the configuration a re-filter's fences and gains are made
+// under (the config argument of Handoff): the one targets are placed by,
+// or 0 for a node that owns nothing, whose fence holds under any
+// configuration (a peer that steps aside runs one the others cannot name).
+func viewConfig(s ringState, placeID uint64) uint64 {
+	if !s.participant {
+		return 0
+	}
+	return placeID
 }
 
 // handoffWork is what a re-filter leaves for Run to do with Handoff.

@@ -22,6 +22,8 @@ type recordingHandoff struct {
 	calls     []string
 	fenced    []Unit
 	activated []Unit
+	// configured are the (cur, prev) pairs of Configured, in order.
+	configured [][2]uint64
 }
 
 func (h *recordingHandoff) Fence(_ context.Context, units []Unit) error {
@@ -62,6 +64,13 @@ func (h *recordingHandoff) Activate(_ Placement, _ uint64, units []Unit) {
 	defer h.mu.Unlock()
 	h.calls = append(h.calls, "activate")
 	h.activated = append(h.activated, units...)
+}
+
+// Configured records the configuration ids the filter announces.
+func (h *recordingHandoff) Configured(cur, prev uint64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.configured = append(h.configured, [2]uint64{cur, prev})
 }
 
 func (h *recordingHandoff) set(released bool) {

@@ -31,6 +31,24 @@ type PlacementInfo struct {
 	WeighedRate float64
 }
 
+// ScrapeConfigStatus is the scrape configuration agreement as this node
+// sees it (docs/operations.md#configuration-rollouts): ids are short hexadecimal digests.
+type ScrapeConfigStatus struct {
+	// Current is the configuration this node runs; Previous the one it
+	// keeps to place targets by until every participant runs Current.
+	Current  string `json:"current"`
+	Previous string `json:"previous,omitempty"`
+	// PlacingBy is the configuration the cluster places targets by, and
+	// Rule how it was chosen: unanimous, common, majority or own.
+	PlacingBy string `json:"placingBy"`
+	Rule      string `json:"rule"`
+	// SteppedAside: this node runs neither and owns nothing.
+	SteppedAside bool `json:"steppedAside"`
+	// Drift lists the live peers that run another configuration; the
+	// node status carries it as configDrift.
+	Drift []string `json:"-"`
+}
+
 // NodeStatus is the answer of /api/v1/status/node: what this node is and
 // the load it carries. Peers fetch it from each other for the cluster views.
 type NodeStatus struct {
@@ -52,6 +70,10 @@ type NodeStatus struct {
 	// GossipEncryption is how this node protects its gossip: none, key
 	// (the shared AES key), tls, or tls+key; empty without clustering.
 	GossipEncryption string `json:"gossipEncryption,omitempty"`
+	// ConfigDrift lists the live peers that run another scrape
+	// configuration than this node; ScrapeConfig is the agreement.
+	ConfigDrift  []string            `json:"configDrift,omitempty"`
+	ScrapeConfig *ScrapeConfigStatus `json:"scrapeConfig,omitempty"`
 	load
 }
 
@@ -77,6 +99,10 @@ func (h *Handler) nodeStatus() NodeStatus {
 		st.DiscoveryErrors = h.opts.DiscoveryErrors()
 	}
 	st.RejectedObjects = h.monitorJobs().Rejected
+	if h.opts.ScrapeConfig != nil {
+		sc := h.opts.ScrapeConfig()
+		st.ScrapeConfig, st.ConfigDrift = &sc, sc.Drift
+	}
 	if h.opts.Placement != nil {
 		st.WeighedSamplesPerSecond = h.opts.Placement().WeighedRate
 	}

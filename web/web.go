@@ -70,6 +70,9 @@ type Options struct {
 	// DiscoveryErrors returns the current peer and target discovery errors;
 	// nil means none are tracked.
 	DiscoveryErrors func() []discoveryerr.Error
+	// ScrapeConfig returns which scrape configuration the cluster places
+	// targets by and who runs another; nil without clustering.
+	ScrapeConfig func() ScrapeConfigStatus
 	// Monitors returns the jobs generated from Prometheus Operator objects
 	// and the objects rejected; nil without --kubernetes.monitors.
 	Monitors func() MonitorJobs

@@ -445,6 +445,7 @@ func webOptions(a *agent, f *flags, scrapeView *lateScrape) web.Options {
 	}
 	if a.node != nil {
 		o.Cluster = a.node
+		o.ScrapeConfig = a.scrapeConfigStatus
 	}
 	o.DiscoveryErrors = a.discoveryErrors
 	if f.monitors.enabled {
@@ -612,6 +613,20 @@ func (a *agent) currentRing() *ring.Ring {
 		return nil
 	}
 	return a.placement.Ring()
+}
+
+// scrapeConfigStatus describes the scrape configuration agreement (zero
+// before the placement exists).
+func (a *agent) scrapeConfigStatus() web.ScrapeConfigStatus {
+	// configLoaded is set after the placement exists: checking it first is race-free.
+	if !a.configLoaded.Load() || a.placement == nil {
+		return web.ScrapeConfigStatus{}
+	}
+	s := a.placement.ConfigStatus()
+	return web.ScrapeConfigStatus{
+		Current: s.Current, Previous: s.Previous, PlacingBy: s.PlacingBy, Rule: s.Rule,
+		SteppedAside: s.SteppedAside, Drift: s.Drift,
+	}
 }
 
 // placementInfo describes the placement in force for the status page.
