@@ -46,7 +46,7 @@ build:
 # tests leave a core idle (scripts/tools-background.sh); the k8s phase waits
 # for it first.
 PHASE = ./scripts/phase.sh
-BG    = TOOLS_DIR=$(TOOLS_DIR) ./scripts/tools-background.sh
+BG    = env TOOLS_DIR=$(TOOLS_DIR) ./scripts/tools-background.sh
 test:
 	@$(BG) start kube-apiserver
 	@$(PHASE) tools-helm $(MAKE) --no-print-directory helm
