@@ -343,7 +343,7 @@ func (c *Coordinator) SetFilter(f Filter) {
 func (c *Coordinator) Ring() *ring.Ring {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return ringOf(c.ring)
+	return scrape.RingOf(c.ring)
 }
 
 // Placement returns the placement last handed to the filter (nil before

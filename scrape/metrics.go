@@ -73,7 +73,7 @@ func newMetrics(reg prometheus.Registerer, logger *slog.Logger) *metrics {
 }
 
 func (m *metrics) setRing(s ringState) {
-	r := ringOf(s.ring)
+	r := RingOf(s.ring)
 	m.ringTokens.Set(float64(r.Tokens()))
 	switch {
 	case !s.participant:
@@ -85,9 +85,9 @@ func (m *metrics) setRing(s ringState) {
 	}
 }
 
-// ringOf is the hash ring under p: p itself, or the ring a load-aware
+// RingOf is the hash ring under p: p itself, or the ring a load-aware
 // placement places on (its Ring method); nil when there is none.
-func ringOf(p Placement) *ring.Ring {
+func RingOf(p Placement) *ring.Ring {
 	switch v := p.(type) {
 	case *ring.Ring:
 		return v
