@@ -147,7 +147,7 @@ func TestRelabelDroppedNeverOwned(t *testing.T) {
 func TestVolatileLabelsKeepOwner(t *testing.T) {
 	cfg := loadConfig(t, twoJobs)
 	reg := prometheus.NewRegistry()
-	f := NewFilter(FilterOptions{RingCoalesce: -1, HandoffDelay: -1}, nil, promslog.NewNopLogger(), reg)
+	f := NewFilter(FilterOptions{RingCoalesce: -1}, nil, promslog.NewNopLogger(), reg)
 	if err := f.ApplyConfig(cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -310,13 +310,14 @@ func TestParticipation(t *testing.T) {
 }
 
 // TestGainedTargetsWaitForHandoff: targets a ring change moves here appear
-// only after HandoffDelay; brand-new targets and bootstrapping are not
+// only after the Handoff's delay when no release comes; brand-new targets
+// are not counted as moved in, and bootstrapping (released at once) is not
 // delayed.
 func TestGainedTargetsWaitForHandoff(t *testing.T) {
 	cfg := loadConfig(t, twoJobs)
 	t.Run("gained from a peer", func(t *testing.T) {
 		const delay = 400 * time.Millisecond
-		h := startFilter(t, FilterOptions{HandoffDelay: delay, RingCoalesce: -1}, nil, cfg)
+		h := startFilter(t, FilterOptions{Handoff: &recordingHandoff{delay: delay}, RingCoalesce: -1}, nil, cfg)
 		// a is a participant, but the ring does not list it yet: b owns all.
 		h.f.SetRing(ring.New([]string{"b"}, 0), "a", 1, true)
 		h.send(t, discovery(200, "node"))
@@ -351,7 +352,7 @@ func TestGainedTargetsWaitForHandoff(t *testing.T) {
 		}
 	})
 	t.Run("brand-new target", func(t *testing.T) {
-		h := startFilter(t, FilterOptions{HandoffDelay: time.Hour, RingCoalesce: -1}, nil, cfg)
+		h := startFilter(t, FilterOptions{Handoff: &recordingHandoff{released: true, delay: time.Hour}, RingCoalesce: -1}, nil, cfg)
 		r := ring.New([]string{"a", "b"}, 0)
 		h.f.SetRing(r, "a", 1, true)
 		h.send(t, discovery(50, "node"))
@@ -363,7 +364,7 @@ func TestGainedTargetsWaitForHandoff(t *testing.T) {
 		}
 	})
 	t.Run("single node bootstrap", func(t *testing.T) {
-		h := startFilter(t, FilterOptions{HandoffDelay: time.Hour, RingCoalesce: -1}, nil, cfg)
+		h := startFilter(t, FilterOptions{Handoff: &recordingHandoff{released: true, delay: time.Hour}, RingCoalesce: -1}, nil, cfg)
 		h.f.SetRing(ring.New(nil, 0), "a", 1, false)
 		h.send(t, discovery(50, "node"))
 		h.waitOutput(t, 5*time.Second, "nothing owned as viewer", func(o tsets) bool { return count(o) == 0 })
@@ -372,7 +373,7 @@ func TestGainedTargetsWaitForHandoff(t *testing.T) {
 	})
 	t.Run("lost again while waiting", func(t *testing.T) {
 		const delay = time.Second
-		h := startFilter(t, FilterOptions{HandoffDelay: delay, RingCoalesce: -1}, nil, cfg)
+		h := startFilter(t, FilterOptions{Handoff: &recordingHandoff{delay: delay}, RingCoalesce: -1}, nil, cfg)
 		h.f.SetRing(ring.New([]string{"b"}, 0), "a", 1, true)
 		h.send(t, discovery(100, "node"))
 		h.waitOutput(t, 5*time.Second, "empty", func(o tsets) bool { return count(o) == 0 })
@@ -413,7 +414,7 @@ func TestGainedTargetsWaitForHandoff(t *testing.T) {
 
 func TestSetRingCoalesced(t *testing.T) {
 	cfg := loadConfig(t, twoJobs)
-	h := startFilter(t, FilterOptions{RingCoalesce: 200 * time.Millisecond, HandoffDelay: -1}, nil, cfg)
+	h := startFilter(t, FilterOptions{RingCoalesce: 200 * time.Millisecond}, nil, cfg)
 	h.f.SetRing(ring.New([]string{"a", "b"}, 0), "a", 1, true)
 	h.send(t, discovery(100, "node"))
 	h.waitOutput(t, 5*time.Second, "initial output", func(o tsets) bool { return count(o) > 0 && count(o) < 100 })

@@ -279,19 +279,15 @@ func runAgent(ctx context.Context, f *flags, reg *prometheus.Registry) error {
 		return errors.New("creating the discovery manager failed")
 	}
 
-	handoff := f.handoffDelay
-	if handoff == 0 {
-		handoff = -1 // the filter reads zero as "default"; the flag's 0 means "no delay"
-	}
 	// A short coalescing window: a ring change is on the hand-off's critical
 	// path (a lost target is fenced, a gained one started, only after it).
-	filterOpts := shoalscrape.FilterOptions{HandoffDelay: handoff, ReplicaLabel: f.replicaLabel, RingCoalesce: 25 * time.Millisecond}
+	filterOpts := shoalscrape.FilterOptions{ReplicaLabel: f.replicaLabel, RingCoalesce: 25 * time.Millisecond}
 	if a.node != nil {
 		a.placement, err = placement.New(placement.Options{
 			NodeName:          f.nodeName,
 			Tokens:            f.tokens,
 			ReplicationFactor: f.replicationFactor,
-			HandoffDelay:      f.handoffDelay, // 0 (no gate wait): holds still wait the default for next fences
+			HandoffDelay:      f.handoffDelay,
 			HandoffTimeout:    f.handoffTimeout,
 			TerminateGrace:    f.terminateGraceDeadline,
 			Placement:         f.placement,
