@@ -285,19 +285,23 @@ type entry struct {
 }
 
 // NewFilter returns a Filter that hands moved targets off through mgr
-// (which may be nil) and registers its metrics on reg (which may be nil).
-// Until SetRing is called the Filter behaves as if clustering were disabled
-// and owns every target: call SetRing with participant=false first if the
-// node must not scrape before it has joined.
-func NewFilter(opts FilterOptions, mgr ScrapeManager, logger *slog.Logger, reg prometheus.Registerer) *Filter {
+// (which may be nil) and registers its metrics on reg (which may be nil;
+// Close unregisters them). Until SetRing is called the Filter behaves as if
+// clustering were disabled and owns every target: call SetRing with
+// participant=false first if the node must not scrape before it has joined.
+func NewFilter(opts FilterOptions, mgr ScrapeManager, logger *slog.Logger, reg prometheus.Registerer) (*Filter, error) {
 	if logger == nil {
 		logger = promslog.NewNopLogger()
+	}
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, err
 	}
 	f := &Filter{
 		opts:        opts.withDefaults(),
 		mgr:         mgr,
 		logger:      logger,
-		metrics:     newMetrics(reg, logger),
+		metrics:     m,
 		ringSignal:  make(chan struct{}, 1),
 		cfgSignal:   make(chan struct{}, 1),
 		recheck:     make(chan struct{}, 1),
@@ -313,8 +317,11 @@ func NewFilter(opts FilterOptions, mgr ScrapeManager, logger *slog.Logger, reg p
 	}
 	f.applied = f.latest
 	f.metrics.setRing(f.applied)
-	return f
+	return f, nil
 }
+
+// Close unregisters the Filter's metrics.
+func (f *Filter) Close() { f.metrics.group.Unregister() }
 
 // ApplyConfig takes the scrape configs by job name. Targets of jobs that are
 // no longer configured are forgotten; jobs whose config changed get their

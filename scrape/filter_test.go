@@ -147,7 +147,7 @@ func TestRelabelDroppedNeverOwned(t *testing.T) {
 func TestVolatileLabelsKeepOwner(t *testing.T) {
 	cfg := loadConfig(t, twoJobs)
 	reg := prometheus.NewRegistry()
-	f := NewFilter(FilterOptions{RingCoalesce: -1}, nil, promslog.NewNopLogger(), reg)
+	f := newFilter(t, FilterOptions{RingCoalesce: -1}, nil, promslog.NewNopLogger(), reg)
 	if err := f.ApplyConfig(cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +195,7 @@ func TestNodesAgree(t *testing.T) {
 			owners := map[string][]string{} // job/address -> nodes
 			var reference []TargetInfo
 			for _, n := range nodes {
-				f := NewFilter(FilterOptions{}, nil, nil, nil)
+				f := newFilter(t, FilterOptions{}, nil, nil, nil)
 				if err := f.ApplyConfig(cfg); err != nil {
 					t.Fatal(err)
 				}
@@ -263,7 +263,7 @@ func TestParticipation(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			reg := prometheus.NewRegistry()
-			f := NewFilter(FilterOptions{}, nil, nil, reg)
+			f := newFilter(t, FilterOptions{}, nil, nil, reg)
 			if err := f.ApplyConfig(cfg); err != nil {
 				t.Fatal(err)
 			}
@@ -479,7 +479,7 @@ func TestRunDoesNotBlockDiscovery(t *testing.T) {
 }
 
 func TestTargetsSorted(t *testing.T) {
-	f := NewFilter(FilterOptions{}, nil, nil, nil)
+	f := newFilter(t, FilterOptions{}, nil, nil, nil)
 	if err := f.ApplyConfig(loadConfig(t, twoJobs)); err != nil {
 		t.Fatal(err)
 	}
@@ -496,5 +496,28 @@ func TestTargetsSorted(t *testing.T) {
 	}
 	if infos[0].Job != "app" || infos[0].Labels.Get("zone") != "z1" || infos[0].DiscoveredLabels.Get(model.AddressLabel) == "" {
 		t.Fatalf("first target %+v", infos[0])
+	}
+}
+
+// A second Filter on the same registry is refused (it used to log and go
+// on unexported) and leaves the first one's metrics; Close unregisters them.
+func TestFilterMetricsRegisteredOnceAndUnregisteredByClose(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	f, err := NewFilter(FilterOptions{}, nil, nil, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewFilter(FilterOptions{}, nil, nil, reg); err == nil {
+		t.Fatal("a second Filter registered the same metrics")
+	}
+	if n, err := testutil.GatherAndCount(reg, "shoal_ring_tokens", "shoal_ring_ownership_ratio"); err != nil || n != 2 {
+		t.Fatalf("the first Filter's metrics after the refused second: %d series, %v; want 2", n, err)
+	}
+	f.Close()
+	if n, err := testutil.GatherAndCount(reg); err != nil || n != 0 {
+		t.Fatalf("%d series left after Close (%v), want none", n, err)
+	}
+	if _, err := NewFilter(FilterOptions{}, nil, nil, reg); err != nil {
+		t.Fatalf("a Filter after Close: %v", err)
 	}
 }

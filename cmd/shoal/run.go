@@ -36,6 +36,7 @@ import (
 	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/discoveryerr"
 	"github.com/shoal-dev/shoal/handover"
+	"github.com/shoal-dev/shoal/internal/promreg"
 	"github.com/shoal-dev/shoal/monitors"
 	"github.com/shoal-dev/shoal/placement"
 	"github.com/shoal-dev/shoal/remotewrite"
@@ -80,6 +81,7 @@ type agent struct {
 	reloadSuccess     prometheus.Gauge
 	reloadSuccessTime prometheus.Gauge
 	reloadFailures    prometheus.Counter
+	configHash        *prometheus.GaugeVec // shoal_config_hash
 
 	replaying atomic.Pointer[string] // "segment k of n" while the WAL replays
 
@@ -101,11 +103,6 @@ func runAgent(ctx context.Context, f *flags, reg *prometheus.Registry) error {
 	logger.Info("Starting shoal", "version", version.Info(), "build_context", version.BuildContext())
 	applyMemoryLimit(f.autoMemLimit, f.autoMemLimitRatio, logger)
 
-	reg.MustRegister(
-		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		versioncollector.NewCollector("shoal"),
-	)
 	a := &agent{f: f, logger: logger, reg: reg}
 	routeClientGoLogs(logger, &a.targetDiscErrs)
 	a.reloadSuccess = prometheus.NewGauge(prometheus.GaugeOpts{
@@ -117,7 +114,17 @@ func runAgent(ctx context.Context, f *flags, reg *prometheus.Registry) error {
 	a.reloadFailures = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "shoal_config_reload_failures_total", Help: "Configuration reloads refused (SIGHUP or POST /-/reload); the previous configuration stayed in force.",
 	})
-	reg.MustRegister(a.reloadSuccess, a.reloadSuccessTime, a.reloadFailures)
+	a.configHash = newConfigHashGauge()
+	own, err := promreg.Register(reg,
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		versioncollector.NewCollector("shoal"),
+		a.reloadSuccess, a.reloadSuccessTime, a.reloadFailures, a.configHash,
+	)
+	if err != nil {
+		return fmt.Errorf("registering the agent's metrics: %w", err)
+	}
+	defer own.Unregister()
 
 	// A config that does not load is fatal at start: there is nothing to run.
 	cfg, rwOpts, err := loadConfigWithOptions(f.configFile, logger)
@@ -304,7 +311,11 @@ func runAgent(ctx context.Context, f *flags, reg *prometheus.Registry) error {
 			fence.SetMeter(a.placement)
 		}
 	}
-	a.filter = shoalscrape.NewFilter(filterOpts, a.scrape, logger.With("component", "ownership"), reg)
+	if a.filter, err = shoalscrape.NewFilter(filterOpts, a.scrape, logger.With("component", "ownership"), reg); err != nil {
+		discoveryCancel()
+		return err
+	}
+	defer a.filter.Close()
 	if a.node != nil {
 		// Until the ring is known this node owns nothing; without this call the
 		// filter would behave as a single agent and scrape everything.
@@ -753,7 +764,7 @@ func (a *agent) applyConfig(cfg *config.Config, rwOpts map[string]remotewrite.Qu
 		errs = append(errs, fmt.Errorf("discovery: %w", err))
 	}
 	if len(errs) == 0 {
-		setConfigHash(a.reg, a.logger, cfg)
+		setConfigHash(a.configHash, cfg)
 	}
 	return errors.Join(errs...)
 }
