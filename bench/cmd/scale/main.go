@@ -1,0 +1,103 @@
+// Command scale runs the scale harness (bench/scale): a real cluster of
+// shoal processes on 127.0.0.x against thousands of targets and a real
+// receiver, through a cold start, a rolling restart, a scale-out and back
+// and a crash; it writes the figures into docs/SCALE.md between generated
+// markers. `make scale` runs it with the defaults below.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/shoal-dev/shoal/bench/harness"
+	"github.com/shoal-dev/shoal/bench/scale"
+	"github.com/shoal-dev/shoal/bench/sim"
+)
+
+// simulate runs the in-process membership simulation at each size, before
+// the processes start, and returns its Markdown.
+func simulate(ctx context.Context, sizes string) string {
+	if sizes == "" {
+		return ""
+	}
+	var ms []sim.Members
+	for _, f := range strings.Split(sizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 3 {
+			log.Fatalf("-members: %q is not a member count of 3 or more", f)
+		}
+		log.Printf("simulating %d members", n)
+		m := sim.SimulateMembers(ctx, n, 30*time.Second, 5*time.Minute)
+		log.Printf("%d members: %+v", n, m)
+		ms = append(ms, m)
+	}
+	var b strings.Builder
+	b.WriteString("**Membership simulation** (real cluster.Node members over memberlist's in-memory transport, one process; agreement times are a lower bound, bytes are exact):\n\n")
+	b.WriteString(sim.MembersReport(ms))
+	fmt.Fprintf(&b, "\nPlacement weights state (`--cluster.placement=bounded` only), per full state exchange: %d bytes at 100k targets, %d bytes at 1M targets.\n",
+		sim.WeightsStateBytes(100_000, 50), sim.WeightsStateBytes(1_000_000, 50))
+	return b.String()
+}
+
+func main() {
+	var o scale.Options
+	flag.IntVar(&o.Replicas, "replicas", 50, "cluster size")
+	flag.IntVar(&o.Extra, "extra", 10, "replicas the scale-out adds and the scale-in removes")
+	flag.IntVar(&o.Kill, "kill", 5, "replicas SIGKILLed at once")
+	flag.IntVar(&o.Targets, "targets", 5000, "targets")
+	flag.IntVar(&o.Series, "series", 10, "series per target")
+	flag.DurationVar(&o.Interval, "interval", 10*time.Second, "scrape interval")
+	flag.DurationVar(&o.Idle, "idle", 60*time.Second, "idle measurement window")
+	workdir := flag.String("workdir", "", "work directory (default: a new temporary directory, removed afterwards)")
+	members := flag.String("members", "50,1000", "member counts of the in-process gossip simulation, comma-separated; empty skips it")
+	out := flag.String("out", "docs/SCALE.md", "Markdown file whose generated section is replaced; empty prints it")
+	flag.Parse()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	dir := *workdir
+	if dir == "" {
+		d, err := os.MkdirTemp("", "shoal-scale-")
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer os.RemoveAll(d)
+		dir = d
+	}
+	o.WorkDir = dir
+	o.Shoal = filepath.Join(dir, "shoal")
+	log.Printf("building shoal into %s", o.Shoal)
+	build := exec.CommandContext(ctx, "go", "build", "-o", o.Shoal, "./cmd/shoal")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		log.Fatalf("go build ./cmd/shoal: %v", err)
+	}
+	o.Logf = log.Printf
+	simMD := simulate(ctx, *members)
+	res, err := scale.Run(ctx, o)
+	if err != nil {
+		log.Printf("run incomplete: %v", err)
+	}
+	md := scale.Report(res, simMD, "make scale")
+	if *out == "" {
+		fmt.Println(md)
+		return
+	}
+	if err := harness.UpdateSection(*out, "scale", "Measured", md); err != nil {
+		log.Fatal(err)
+	}
+	log.Printf("wrote %s (%s)", *out, strings.TrimSpace(res.LoadBefore))
+	if err != nil {
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,240 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+
+	"github.com/shoal-dev/shoal/cluster"
+	"github.com/shoal-dev/shoal/ring"
+)
+
+// Members is what a cluster of N in-process members costs and how fast it
+// agrees. The members are real cluster.Node values (memberlist with
+// shoal's settings and metadata) talking over memberlist's in-memory
+// transport: no sockets, so a thousand members fit in one process and the
+// figures are gossip's own, not the kernel's. A counting wrapper measures
+// every byte memberlist hands the transport.
+type Members struct {
+	N int
+	// Join: from the last member joining until every member lists all N
+	// as participants (every ring complete and equal).
+	Join time.Duration
+	// Leave: from a graceful leave until no member lists the leaver.
+	Leave time.Duration
+	// Crash: from a member stopping without a word until no member lists it.
+	Crash time.Duration
+	// BytesPerMember is the gossip sent plus received per member per
+	// second, measured over Idle once the cluster was settled.
+	BytesPerMember float64
+	Idle           time.Duration
+	// RingBuild is the time and memory to build the ring of N members.
+	RingBuild      time.Duration
+	RingBuildBytes uint64
+	Err            string
+}
+
+// countingTransport counts the bytes a member sends in packets and over
+// the streams it opens (both directions: a push/pull exchange is one
+// stream). Every byte sent is received by someone, so cluster-wide
+// traffic per member (in plus out) is twice the counted total over N.
+type countingTransport struct {
+	*memberlist.MockTransport
+	bytes *atomic.Int64
+}
+
+func (t *countingTransport) WriteTo(b []byte, addr string) (time.Time, error) {
+	t.bytes.Add(int64(len(b)))
+	return t.MockTransport.WriteTo(b, addr)
+}
+
+func (t *countingTransport) WriteToAddress(b []byte, a memberlist.Address) (time.Time, error) {
+	t.bytes.Add(int64(len(b)))
+	return t.MockTransport.WriteToAddress(b, a)
+}
+
+func (t *countingTransport) DialTimeout(addr string, d time.Duration) (net.Conn, error) {
+	c, err := t.MockTransport.DialTimeout(addr, d)
+	if err != nil {
+		return nil, err
+	}
+	return &countingConn{Conn: c, bytes: t.bytes}, nil
+}
+
+func (t *countingTransport) DialAddressTimeout(a memberlist.Address, d time.Duration) (net.Conn, error) {
+	c, err := t.MockTransport.DialAddressTimeout(a, d)
+	if err != nil {
+		return nil, err
+	}
+	return &countingConn{Conn: c, bytes: t.bytes}, nil
+}
+
+type countingConn struct {
+	net.Conn
+	bytes *atomic.Int64
+}
+
+func (c *countingConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	c.bytes.Add(int64(n))
+	return n, err
+}
+
+func (c *countingConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	c.bytes.Add(int64(n))
+	return n, err
+}
+
+// SimulateMembers runs n members and measures Members. Every wait is
+// bounded by timeout.
+func SimulateMembers(ctx context.Context, n int, idle, timeout time.Duration) (m Members) {
+	m.N, m.Idle = n, idle
+	m.RingBuild, m.RingBuildBytes = ringBuild(n)
+	fail := func(err error) Members { m.Err = err.Error(); return m }
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// MockNetwork is not safe for concurrent NewTransport: create every
+	// transport before any member runs.
+	var mn memberlist.MockNetwork
+	var sent atomic.Int64
+	trs := make([]*memberlist.MockTransport, n)
+	for i := range n {
+		trs[i] = mn.NewTransport(fmt.Sprintf("shoal-%d", i))
+	}
+	logger := slog.New(slog.DiscardHandler)
+	nodes := make([]*cluster.Node, n)
+	defer func() {
+		var wg sync.WaitGroup
+		for _, nd := range nodes {
+			if nd != nil {
+				wg.Go(func() { _ = nd.Shutdown() })
+			}
+		}
+		wg.Wait()
+	}()
+	addr := func(i int) string {
+		ip, port, _ := trs[i].FinalAdvertiseAddr("", 0)
+		return net.JoinHostPort(ip.String(), fmt.Sprint(port))
+	}
+	start := func(i int) error {
+		cfg := cluster.DefaultConfig()
+		cfg.NodeName = fmt.Sprintf("shoal-%d", i)
+		cfg.ListenAddr, cfg.AdvertiseAddr = addr(i), addr(i)
+		if i > 0 {
+			cfg.Join = []string{addr(0), addr(i / 2)}
+		}
+		tr := &countingTransport{MockTransport: trs[i], bytes: &sent}
+		cfg.Memberlist = func(c *memberlist.Config) { c.Transport = tr }
+		nd, err := cluster.New(cfg, logger, nil)
+		if err != nil {
+			return err
+		}
+		nodes[i] = nd
+		if err := nd.Start(ctx); err != nil {
+			return err
+		}
+		return nd.SetState(cluster.Participant)
+	}
+	for i := range n {
+		if err := start(i); err != nil {
+			return fail(err)
+		}
+	}
+	t0 := time.Now()
+	if _, err := pollUntil(timeout, "join", func() bool {
+		return seen(nodes, func(ps []cluster.Peer) bool { return countState(ps, cluster.Participant) == n })
+	}); err != nil {
+		return fail(err)
+	}
+	m.Join = time.Since(t0)
+
+	b0, i0 := sent.Load(), time.Now()
+	time.Sleep(idle)
+	m.BytesPerMember = 2 * float64(sent.Load()-b0) / time.Since(i0).Seconds() / float64(n)
+
+	leaver := nodes[n-1]
+	others := nodes[:n-1]
+	t0 = time.Now()
+	_ = leaver.SetState(cluster.Terminating)
+	_ = leaver.Leave(5 * time.Second)
+	_ = leaver.Shutdown()
+	nodes[n-1] = nil
+	if _, err := pollUntil(timeout, "leave", func() bool {
+		return seen(others, func(ps []cluster.Peer) bool { return !has(ps, leaver.Self().Name) })
+	}); err != nil {
+		return fail(err)
+	}
+	m.Leave = time.Since(t0)
+
+	crashed := others[len(others)-1]
+	name := crashed.Self().Name
+	survivors := others[:len(others)-1]
+	t0 = time.Now()
+	_ = crashed.Shutdown()
+	nodes[n-2] = nil
+	if _, err := pollUntil(timeout, "crash", func() bool {
+		return seen(survivors, func(ps []cluster.Peer) bool { return !has(ps, name) })
+	}); err != nil {
+		return fail(err)
+	}
+	m.Crash = time.Since(t0)
+	return m
+}
+
+// ringBuild times building the ring of n members with the default tokens
+// and the memory it allocates (median of 5 builds).
+func ringBuild(n int) (time.Duration, uint64) {
+	names := NodeNames(n)
+	var ds []time.Duration
+	var alloc uint64
+	for range 5 {
+		var a, b runtime.MemStats
+		runtime.ReadMemStats(&a)
+		t0 := time.Now()
+		r := ring.New(names, 0)
+		ds = append(ds, time.Since(t0))
+		runtime.ReadMemStats(&b)
+		alloc = b.TotalAlloc - a.TotalAlloc
+		runtime.KeepAlive(r)
+	}
+	for i := range ds {
+		for j := i + 1; j < len(ds); j++ {
+			if ds[j] < ds[i] {
+				ds[i], ds[j] = ds[j], ds[i]
+			}
+		}
+	}
+	return ds[len(ds)/2], alloc
+}
+
+// WeightsStateBytes is the size of the placement weights state a full
+// state exchange carries with --cluster.placement=bounded when the
+// cluster's targets are spread over nodes: per target a key (8 bytes) and
+// a float32 weight, per node its name and three varints (cluster/weights.go).
+func WeightsStateBytes(targets, nodes int) int {
+	return 1 + targets*12 + nodes*(len("shoal-000")+1+10+5+5)
+}
+
+// MembersReport renders SimulateMembers results as Markdown.
+func MembersReport(ms []Members) string {
+	var b strings.Builder
+	b.WriteString("| members | ring agreed after joins | graceful leave seen by all | crash seen by all | gossip per member (in+out) | ring build | ring memory |\n|---|---|---|---|---|---|---|\n")
+	for _, m := range ms {
+		if m.Err != "" {
+			fmt.Fprintf(&b, "| %d | error: %s | | | | %v | %.1f MiB |\n", m.N, m.Err, m.RingBuild.Round(time.Microsecond), float64(m.RingBuildBytes)/(1<<20))
+			continue
+		}
+		fmt.Fprintf(&b, "| %d | %v | %v | %v | %.1f KB/s | %v | %.1f MiB |\n", m.N, round(m.Join), round(m.Leave), round(m.Crash),
+			m.BytesPerMember/1000, m.RingBuild.Round(time.Microsecond), float64(m.RingBuildBytes)/(1<<20))
+	}
+	return b.String()
+}
