@@ -41,7 +41,7 @@ func Gaps(series map[string][]int64, from, to time.Time, interval time.Duration)
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		prev, any := f, false
+		prev, delivered := f, false
 		longest := time.Duration(0)
 		note := func(gap int64) {
 			d := time.Duration(gap) * time.Millisecond
@@ -54,12 +54,12 @@ func Gaps(series map[string][]int64, from, to time.Time, interval time.Duration)
 			if ts < f || ts > t {
 				continue
 			}
-			any = true
+			delivered = true
 			note(ts - prev)
 			prev = ts
 		}
 		note(t - prev)
-		if !any {
+		if !delivered {
 			g.Silent++
 		}
 		if longest > g.Longest {

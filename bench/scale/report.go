@@ -156,7 +156,7 @@ func Report(res Result, sims []sim.Members, command string) string {
 		fmt.Fprintf(&b, " (errors: %s)", id.Err)
 	}
 	b.WriteString(" Gossip bytes are not counted per process (the processes share one loopback interface and shoal exports no byte counter for memberlist); the simulation below counts them exactly for the same members, settings and metadata.")
-	fmt.Fprintf(&b, "\n\n**Cluster-wide views at %d peers** (asked %d times in a row on one replica; each asks every peer):\n\n| view | first | median | max | answer |\n|---|---|---|---|---|\n", o.Replicas, viewRounds)
+	fmt.Fprintf(&b, "\n\n**Cluster-wide views at %d peers** (asked %d times on one replica, more than the 1 s peer-answer cache apart, so each asks every peer):\n\n| view | first | median | max | answer |\n|---|---|---|---|---|\n", o.Replicas, viewRounds)
 	for _, v := range res.Views {
 		if v.Err != "" {
 			fmt.Fprintf(&b, "| %s | error: %s | | | |\n", v.Name, v.Err)
@@ -166,7 +166,7 @@ func Report(res Result, sims []sim.Members, command string) string {
 	}
 	fmt.Fprintf(&b, "\nTotal run time %v.\n", res.Total.Round(time.Second))
 	if len(sims) > 0 {
-		b.WriteString("\n**Membership simulation** (real cluster.Node members, memberlist with shoal's settings and metadata, over memberlist's in-memory transport in one process; agreement times are a lower bound, bytes are exact):\n\n")
+		b.WriteString("\n**Membership simulation** (real cluster.Node members, memberlist with shoal's settings and metadata, over an in-memory network in one process (bench/sim memNet); agreement times are a lower bound, bytes are exact):\n\n")
 		b.WriteString(sim.MembersReport(sims))
 		fmt.Fprintf(&b, "\nPlacement weights state (`--cluster.placement=bounded` only), per full state exchange: %s at 100k targets, %s at 1M targets.\n",
 			size(sim.WeightsStateBytes(100_000, 50)), size(sim.WeightsStateBytes(1_000_000, 50)))

@@ -7,8 +7,13 @@ import (
 )
 
 // viewRounds is how many times each view is asked; the first answer is
-// reported apart (it fills any cache), the median and worst of all.
+// reported apart, the median and worst of all.
 const viewRounds = 5
+
+// viewPause separates the rounds by more than web's PeerAnswerTTL (1s), so
+// that every round asks every peer again: the figures are a fresh view's,
+// not a cached one's.
+const viewPause = 1100 * time.Millisecond
 
 // views times the cluster-wide views on one replica at full size: each
 // one asks every peer.
@@ -44,6 +49,9 @@ func (r *run) views(ctx context.Context) {
 func (r *run) timeView(v *View, ask func() (int, error)) {
 	var ds []time.Duration
 	for i := range viewRounds {
+		if i > 0 {
+			time.Sleep(viewPause) // a measurement's spacing, not a synchronisation
+		}
 		t0 := time.Now()
 		n, err := ask()
 		d := time.Since(t0)

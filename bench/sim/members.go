@@ -4,11 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"runtime"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -19,10 +17,10 @@ import (
 
 // Members is what a cluster of N in-process members costs and how fast it
 // agrees. The members are real cluster.Node values (memberlist with
-// shoal's settings and metadata) talking over memberlist's in-memory
-// transport: no sockets, so a thousand members fit in one process and the
-// figures are gossip's own, not the kernel's. A counting wrapper measures
-// every byte memberlist hands the transport.
+// shoal's settings and metadata) talking over an in-memory network
+// (memNet): no sockets, so a thousand members fit in one process and the
+// figures are gossip's own, not the kernel's. The network counts every
+// byte memberlist hands it.
 type Members struct {
 	N int
 	// Join: from the last member joining until every member lists all N
@@ -42,58 +40,6 @@ type Members struct {
 	Err            string
 }
 
-// countingTransport counts the bytes a member sends in packets and over
-// the streams it opens (both directions: a push/pull exchange is one
-// stream). Every byte sent is received by someone, so cluster-wide
-// traffic per member (in plus out) is twice the counted total over N.
-type countingTransport struct {
-	*memberlist.MockTransport
-	bytes *atomic.Int64
-}
-
-func (t *countingTransport) WriteTo(b []byte, addr string) (time.Time, error) {
-	t.bytes.Add(int64(len(b)))
-	return t.MockTransport.WriteTo(b, addr)
-}
-
-func (t *countingTransport) WriteToAddress(b []byte, a memberlist.Address) (time.Time, error) {
-	t.bytes.Add(int64(len(b)))
-	return t.MockTransport.WriteToAddress(b, a)
-}
-
-func (t *countingTransport) DialTimeout(addr string, d time.Duration) (net.Conn, error) {
-	c, err := t.MockTransport.DialTimeout(addr, d)
-	if err != nil {
-		return nil, err
-	}
-	return &countingConn{Conn: c, bytes: t.bytes}, nil
-}
-
-func (t *countingTransport) DialAddressTimeout(a memberlist.Address, d time.Duration) (net.Conn, error) {
-	c, err := t.MockTransport.DialAddressTimeout(a, d)
-	if err != nil {
-		return nil, err
-	}
-	return &countingConn{Conn: c, bytes: t.bytes}, nil
-}
-
-type countingConn struct {
-	net.Conn
-	bytes *atomic.Int64
-}
-
-func (c *countingConn) Read(b []byte) (int, error) {
-	n, err := c.Conn.Read(b)
-	c.bytes.Add(int64(n))
-	return n, err
-}
-
-func (c *countingConn) Write(b []byte) (int, error) {
-	n, err := c.Conn.Write(b)
-	c.bytes.Add(int64(n))
-	return n, err
-}
-
 // SimulateMembers runs n members and measures Members. Every wait is
 // bounded by timeout.
 func SimulateMembers(ctx context.Context, n int, idle, timeout time.Duration) (m Members) {
@@ -102,13 +48,10 @@ func SimulateMembers(ctx context.Context, n int, idle, timeout time.Duration) (m
 	fail := func(err error) Members { m.Err = err.Error(); return m }
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	// MockNetwork is not safe for concurrent NewTransport: create every
-	// transport before any member runs.
-	var mn memberlist.MockNetwork
-	var sent atomic.Int64
-	trs := make([]*memberlist.MockTransport, n)
+	var mn memNet
+	trs := make([]*memTransport, n)
 	for i := range n {
-		trs[i] = mn.NewTransport(fmt.Sprintf("shoal-%d", i))
+		trs[i] = mn.newTransport()
 	}
 	logger := slog.New(slog.DiscardHandler)
 	nodes := make([]*cluster.Node, n)
@@ -121,10 +64,7 @@ func SimulateMembers(ctx context.Context, n int, idle, timeout time.Duration) (m
 		}
 		wg.Wait()
 	}()
-	addr := func(i int) string {
-		ip, port, _ := trs[i].FinalAdvertiseAddr("", 0)
-		return net.JoinHostPort(ip.String(), fmt.Sprint(port))
-	}
+	addr := func(i int) string { return trs[i].addr.String() }
 	start := func(i int) error {
 		cfg := cluster.DefaultConfig()
 		cfg.NodeName = fmt.Sprintf("shoal-%d", i)
@@ -132,8 +72,7 @@ func SimulateMembers(ctx context.Context, n int, idle, timeout time.Duration) (m
 		if i > 0 {
 			cfg.Join = []string{addr(0), addr(i / 2)}
 		}
-		tr := &countingTransport{MockTransport: trs[i], bytes: &sent}
-		cfg.Memberlist = func(c *memberlist.Config) { c.Transport = tr }
+		cfg.Memberlist = func(c *memberlist.Config) { c.Transport = trs[i] }
 		nd, err := cluster.New(cfg, logger, nil)
 		if err != nil {
 			return err
@@ -157,9 +96,13 @@ func SimulateMembers(ctx context.Context, n int, idle, timeout time.Duration) (m
 	}
 	m.Join = time.Since(t0)
 
-	b0, i0 := sent.Load(), time.Now()
-	time.Sleep(idle)
-	m.BytesPerMember = 2 * float64(sent.Load()-b0) / time.Since(i0).Seconds() / float64(n)
+	b0, i0 := mn.bytes.Load(), time.Now()
+	select {
+	case <-ctx.Done():
+		return fail(ctx.Err())
+	case <-time.After(idle): // the measurement window
+	}
+	m.BytesPerMember = 2 * float64(mn.bytes.Load()-b0) / time.Since(i0).Seconds() / float64(n)
 
 	leaver := nodes[n-1]
 	others := nodes[:n-1]

@@ -6,8 +6,9 @@ import (
 )
 
 // TestMembersAgreeAndCountGossip runs 12 in-process members over the
-// in-memory transport: they agree on the participants, see a leave and a
-// crash, and the counted gossip is positive.
+// in-memory network: they agree on the participants, see a leave and a
+// crash (a stopped member is a dead host, not a sink that blocks its
+// senders), and the counted gossip is positive.
 func TestMembersAgreeAndCountGossip(t *testing.T) {
 	m := SimulateMembers(t.Context(), 12, 2*time.Second, 2*time.Minute)
 	if m.Err != "" {
