@@ -90,11 +90,12 @@ func (t *memTransport) WriteToAddress(b []byte, a memberlist.Address) (time.Time
 	if err != nil {
 		return now, err
 	}
-	p := &memberlist.Packet{Buf: append([]byte(nil), b...), From: t.addr, Timestamp: now}
-	select {
-	case <-dest.stopped:
+	if dest.isStopped() {
 		t.net.lost.Add(1)
-	case dest.packets <- p:
+		return now, nil
+	}
+	select {
+	case dest.packets <- &memberlist.Packet{Buf: append([]byte(nil), b...), From: t.addr, Timestamp: now}:
 	default:
 		t.net.lost.Add(1)
 	}
@@ -116,6 +117,9 @@ func (t *memTransport) DialAddressTimeout(a memberlist.Address, timeout time.Dur
 	if err != nil {
 		return nil, err
 	}
+	if dest.isStopped() {
+		return nil, fmt.Errorf("dial %s: %w", a.Addr, errRefused)
+	}
 	mine, theirs := net.Pipe()
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
@@ -131,6 +135,15 @@ func (t *memTransport) DialAddressTimeout(a memberlist.Address, timeout time.Dur
 }
 
 func (t *memTransport) StreamCh() <-chan net.Conn { return t.streams }
+
+func (t *memTransport) isStopped() bool {
+	select {
+	case <-t.stopped:
+		return true
+	default:
+		return false
+	}
+}
 
 // Shutdown stops the member: from now on it is a dead host.
 func (t *memTransport) Shutdown() error {
