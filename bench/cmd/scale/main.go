@@ -44,7 +44,9 @@ func simulate(ctx context.Context, sizes string) []sim.Members {
 	return ms
 }
 
-func main() {
+func main() { os.Exit(run()) }
+
+func run() int {
 	var o scale.Options
 	flag.IntVar(&o.Replicas, "replicas", 50, "cluster size")
 	flag.IntVar(&o.Extra, "extra", 10, "replicas the scale-out adds and the scale-in removes")
@@ -55,6 +57,7 @@ func main() {
 	flag.DurationVar(&o.Idle, "idle", 60*time.Second, "idle measurement window")
 	workdir := flag.String("workdir", "", "work directory (default: a new temporary directory, removed afterwards)")
 	members := flag.String("members", "50,1000", "member counts of the in-process gossip simulation, comma-separated; empty skips it")
+	processes := flag.Bool("processes", true, "run the shoal processes; false runs the simulation alone")
 	out := flag.String("out", "docs/SCALE.md", "Markdown file whose generated section is replaced; empty prints it")
 	flag.Parse()
 
@@ -64,35 +67,46 @@ func main() {
 	if dir == "" {
 		d, err := os.MkdirTemp("", "shoal-scale-")
 		if err != nil {
-			log.Fatal(err)
+			log.Print(err)
+			return 1
 		}
 		defer os.RemoveAll(d)
 		dir = d
 	}
 	o.WorkDir = dir
 	o.Shoal = filepath.Join(dir, "shoal")
-	log.Printf("building shoal into %s", o.Shoal)
-	build := exec.CommandContext(ctx, "go", "build", "-o", o.Shoal, "./cmd/shoal")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		log.Fatalf("go build ./cmd/shoal: %v", err)
-	}
 	o.Logf = log.Printf
+	if *processes {
+		log.Printf("building shoal into %s", o.Shoal)
+		build := exec.CommandContext(ctx, "go", "build", "-o", o.Shoal, "./cmd/shoal")
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			log.Printf("go build ./cmd/shoal: %v", err)
+			return 1
+		}
+	}
+	res := scale.Result{Start: time.Now()}
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		res.LoadBefore = strings.TrimSpace(string(b))
+	}
 	sims := simulate(ctx, *members)
-	res, err := scale.Run(ctx, o)
-	if err != nil {
-		log.Printf("run incomplete: %v", err)
+	var runErr error
+	if *processes {
+		if res, runErr = scale.Run(ctx, o); runErr != nil {
+			log.Printf("run incomplete: %v", runErr)
+		}
 	}
 	md := scale.Report(res, sims, "make scale")
 	if *out == "" {
 		fmt.Println(md)
-		return
+	} else if err := harness.UpdateSection(*out, "scale", "Measured", md); err != nil {
+		log.Print(err)
+		return 1
+	} else {
+		log.Printf("wrote %s (load before: %s)", *out, res.LoadBefore)
 	}
-	if err := harness.UpdateSection(*out, "scale", "Measured", md); err != nil {
-		log.Fatal(err)
+	if runErr != nil {
+		return 1
 	}
-	log.Printf("wrote %s (%s)", *out, strings.TrimSpace(res.LoadBefore))
-	if err != nil {
-		os.Exit(1)
-	}
+	return 0
 }
