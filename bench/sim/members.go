@@ -26,6 +26,10 @@ type Members struct {
 	// Join: from the last member joining until every member lists all N
 	// as participants (every ring complete and equal).
 	Join time.Duration
+	// Update: from one member changing its metadata (turning terminating,
+	// as on SIGTERM; a fence announcement travels the same way) until every
+	// other member sees the change.
+	Update time.Duration
 	// Leave: from a graceful leave until no member lists the leaver.
 	Leave time.Duration
 	// Crash: from a member stopping without a word until no member lists it.
@@ -106,13 +110,21 @@ func SimulateMembers(ctx context.Context, n int, idle, timeout time.Duration) (m
 
 	leaver := nodes[n-1]
 	others := nodes[:n-1]
+	name0 := leaver.Self().Name
 	t0 = time.Now()
 	_ = leaver.SetState(cluster.Terminating)
+	if _, err := pollUntil(timeout, "update", func() bool {
+		return seen(others, func(ps []cluster.Peer) bool { return stateOf(ps, name0) == cluster.Terminating })
+	}); err != nil {
+		return fail(err)
+	}
+	m.Update = time.Since(t0)
+	t0 = time.Now()
 	_ = leaver.Leave(5 * time.Second)
 	_ = leaver.Shutdown()
 	nodes[n-1] = nil
 	if _, err := pollUntil(timeout, "leave", func() bool {
-		return seen(others, func(ps []cluster.Peer) bool { return !has(ps, leaver.Self().Name) })
+		return seen(others, func(ps []cluster.Peer) bool { return !has(ps, name0) })
 	}); err != nil {
 		return fail(err)
 	}
@@ -131,6 +143,16 @@ func SimulateMembers(ctx context.Context, n int, idle, timeout time.Duration) (m
 	}
 	m.Crash = time.Since(t0)
 	return m
+}
+
+// stateOf is the state name has in ps, Viewer when it is not listed.
+func stateOf(ps []cluster.Peer, name string) cluster.State {
+	for _, p := range ps {
+		if p.Name == name {
+			return p.State
+		}
+	}
+	return cluster.Viewer
 }
 
 // ringBuild times building the ring of n members with the default tokens
@@ -170,13 +192,13 @@ func WeightsStateBytes(targets, nodes int) int {
 // MembersReport renders SimulateMembers results as Markdown.
 func MembersReport(ms []Members) string {
 	var b strings.Builder
-	b.WriteString("| members | ring agreed after joins | graceful leave seen by all | crash seen by all | gossip per member (in+out) | ring build | ring memory |\n|---|---|---|---|---|---|---|\n")
+	b.WriteString("| members | ring agreed after joins | one update seen by all | graceful leave seen by all | crash seen by all | gossip per member (in+out) | ring build | ring memory |\n|---|---|---|---|---|---|---|---|\n")
 	for _, m := range ms {
 		if m.Err != "" {
-			fmt.Fprintf(&b, "| %d | error: %s | | | | %v | %.1f MiB |\n", m.N, m.Err, m.RingBuild.Round(time.Microsecond), float64(m.RingBuildBytes)/(1<<20))
+			fmt.Fprintf(&b, "| %d | error: %s | | | | | %v | %.1f MiB |\n", m.N, m.Err, m.RingBuild.Round(time.Microsecond), float64(m.RingBuildBytes)/(1<<20))
 			continue
 		}
-		fmt.Fprintf(&b, "| %d | %v | %v | %v | %.1f KB/s | %v | %.1f MiB |\n", m.N, round(m.Join), round(m.Leave), round(m.Crash),
+		fmt.Fprintf(&b, "| %d | %v | %v | %v | %v | %.1f KB/s | %v | %.1f MiB |\n", m.N, round(m.Join), round(m.Update), round(m.Leave), round(m.Crash),
 			m.BytesPerMember/1000, m.RingBuild.Round(time.Microsecond), float64(m.RingBuildBytes)/(1<<20))
 	}
 	return b.String()
