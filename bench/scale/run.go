@@ -288,7 +288,15 @@ func (r *run) end(ctx context.Context, p *Phase, err error) {
 	if err != nil && p.Err == "" {
 		p.Err = err.Error()
 	}
-	r.settle(ctx, 2)
+	// The receiver catches up two intervals after the last disruption; the
+	// gap window, which ends one interval before now, must also span at
+	// least three intervals, or a target scraped on time reads as silent
+	// in a short phase.
+	wait := max(2*r.o.Interval, time.Until(r.phase.start.Add(4*r.o.Interval)))
+	select {
+	case <-ctx.Done():
+	case <-time.After(wait):
+	}
 	now := time.Now()
 	p.Duration = now.Sub(r.phase.start)
 	cpu, _ := MachineCPU()
