@@ -25,6 +25,8 @@ import (
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	k8sclient "k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/shoal-dev/shoal/internal/promreg"
 )
 
 // WatchOptions configure a Watcher. The zero value is the default.
@@ -74,7 +76,7 @@ type Watcher struct {
 	opts    WatchOptions
 	sel     labels.Selector
 	logger  *slog.Logger
-	reg     prometheus.Registerer
+	metrics *promreg.Group
 	objects *prometheus.GaugeVec
 	regens  prometheus.Counter
 	listErr *prometheus.CounterVec
@@ -99,7 +101,7 @@ func NewWatcher(dyn dynamic.Interface, core k8sclient.Interface, opts WatchOptio
 		return nil, fmt.Errorf("monitor label selector %q: %w", opts.Selector, err)
 	}
 	w := &Watcher{
-		dyn: dyn, res: APIResolver{Client: core}, opts: opts, sel: sel, logger: logger, reg: reg,
+		dyn: dyn, res: APIResolver{Client: core}, opts: opts, sel: sel, logger: logger,
 		objects: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "shoal_monitors_objects",
 			Help: "Monitor objects in the last conversion, by kind and result (converted or rejected).",
@@ -122,20 +124,10 @@ func NewWatcher(dyn dynamic.Interface, core k8sclient.Interface, opts WatchOptio
 		w.objects.WithLabelValues(k, "converted")
 		w.objects.WithLabelValues(k, "rejected")
 	}
-	for _, c := range []prometheus.Collector{w.objects, w.regens, w.listErr, w.kept} {
-		if err := reg.Register(c); err != nil {
-			w.unregister()
-			return nil, fmt.Errorf("registering monitor metrics: %w", err)
-		}
+	if w.metrics, err = promreg.Register(reg, w.objects, w.regens, w.listErr, w.kept); err != nil {
+		return nil, fmt.Errorf("registering monitor metrics: %w", err)
 	}
 	return w, nil
-}
-
-func (w *Watcher) unregister() {
-	w.reg.Unregister(w.objects)
-	w.reg.Unregister(w.regens)
-	w.reg.Unregister(w.listErr)
-	w.reg.Unregister(w.kept)
 }
 
 // Last returns the result of the last conversion, nil before the first.
@@ -154,7 +146,7 @@ func (w *Watcher) Last() *Result {
 // but never rejects an object that converted before (a Secret deleted or an
 // API error): that waits for a change of the objects.
 func (w *Watcher) Run(ctx context.Context, apply func(*Result)) {
-	defer w.unregister()
+	defer w.metrics.Unregister()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 

@@ -158,3 +158,42 @@ func TestHoldsWaitingForEachOthersNextFenceEndAfterTheDelay(t *testing.T) {
 		}
 	})
 }
+
+// --cluster.handoff-delay has one meaning of zero, the default written
+// once here: the filter's gate (Delay) and the hold's wait for a next fence
+// use the same value, and a negative delay is refused, not read as "none".
+func TestHandoffDelayZeroIsTheDefaultForGateAndHold(t *testing.T) {
+	if _, err := New(Options{NodeName: "a", HandoffDelay: -time.Second}, newFakeCluster("a"), &fakeFence{}, &fakeWAL{}, &fakeRemote{}, nil, nil); err == nil {
+		t.Fatal("a negative hand-off delay was accepted")
+	}
+	for _, tc := range []struct {
+		opt, want time.Duration
+	}{{0, DefaultHandoffDelay}, {500 * time.Millisecond, 500 * time.Millisecond}} {
+		t.Run(tc.opt.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				h := start(t, Options{HandoffDelay: tc.opt, HandoffTimeout: time.Minute})
+				if d := h.c.Delay(); d != tc.want {
+					t.Fatalf("HandoffDelay %v: the filter's gate waits %v, want %v", tc.opt, d, tc.want)
+				}
+				r := ring.New([]string{"a", "b"}, 8)
+				// b has not fenced r: the hold waits for its next fence, for
+				// the delay only.
+				h.cl.setPeer(participant("b", cluster.Watermarks{FencedSeq: 3, FencedRing: 77, AckedSeq: 3}))
+				h.c.Fenced(r, 0, true)
+				h.c.Activate(r, 0, []scrape.Unit{{Key: 9}})
+				h.remote.ack(wal.Position{Segment: 1 << 30})
+				// Holds are checked every ackPoll.
+				time.Sleep(tc.want - ackPoll - time.Millisecond)
+				synctest.Wait()
+				if h.remote.held() != 1 {
+					t.Fatalf("HandoffDelay %v: hold for b's next fence released before %v", tc.opt, tc.want)
+				}
+				time.Sleep(2*ackPoll + 2*time.Millisecond)
+				synctest.Wait()
+				if h.remote.held() != 0 {
+					t.Fatalf("HandoffDelay %v: hold for b's next fence kept past %v", tc.opt, tc.want)
+				}
+			})
+		})
+	}
+}

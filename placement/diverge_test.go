@@ -247,7 +247,9 @@ func startSim(t *testing.T, names []string, targets int) ([]*simNode, *mesh) {
 			t.Fatal(err)
 		}
 		n.c = c
-		n.filter = scrape.NewFilter(scrape.FilterOptions{Handoff: c}, nil, nil, nil)
+		if n.filter, err = scrape.NewFilter(scrape.FilterOptions{Handoff: c}, nil, nil, nil); err != nil {
+			t.Fatal(err)
+		}
 		n.filter.SetRing(ring.New(nil, 64), name, 1, false)
 		if err := n.filter.ApplyConfig(cfg); err != nil {
 			t.Fatal(err)

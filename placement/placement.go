@@ -61,7 +61,9 @@ import (
 
 // Defaults for Options.
 const (
-	DefaultHandoffDelay   = scrape.DefaultHandoffDelay
+	// DefaultHandoffDelay is --cluster.handoff-delay's default, the one
+	// place it is written (the flag shows it).
+	DefaultHandoffDelay   = 2 * time.Second
 	DefaultHandoffTimeout = 5 * time.Minute
 	DefaultTerminateGrace = 5 * time.Second
 	// ackPoll is how often pending fences are checked against the queues'
@@ -125,9 +127,9 @@ type Options struct {
 	Tokens            int // tokens per node; 0: ring.DefaultTokensPerNode
 	ReplicationFactor int // 0: 1
 	// HandoffDelay is --cluster.handoff-delay, the filter's wait for the
-	// peers' fences: a hold placed for targets that some peer had not fenced
-	// waits for that peer's next fence only this long (see Activate). 0
-	// means DefaultHandoffDelay.
+	// peers' fences (Delay): a hold placed for targets that some peer had
+	// not fenced waits for that peer's next fence only this long (see
+	// Activate). 0 means DefaultHandoffDelay.
 	HandoffDelay time.Duration
 	// HandoffTimeout bounds how long the remote-write queues are held for
 	// peers whose last samples of moved targets are not acknowledged yet,
@@ -176,7 +178,7 @@ func (o Options) withDefaults() Options {
 	if o.ReplicationFactor < 1 {
 		o.ReplicationFactor = 1
 	}
-	if o.HandoffDelay <= 0 {
+	if o.HandoffDelay == 0 {
 		o.HandoffDelay = DefaultHandoffDelay
 	}
 	if o.HandoffTimeout <= 0 {
@@ -275,6 +277,9 @@ func New(opts Options, cl Cluster, fence Fencer, w WAL, remote Remote, logger *s
 	if cl == nil || fence == nil || w == nil || remote == nil {
 		return nil, errors.New("placement: cluster, fence, WAL and remote write are required")
 	}
+	if opts.HandoffDelay < 0 {
+		return nil, fmt.Errorf("placement: negative hand-off delay %v (0 means the default, %v)", opts.HandoffDelay, DefaultHandoffDelay)
+	}
 	opts = opts.withDefaults()
 	if !slices.Contains(Modes, opts.Placement) {
 		return nil, fmt.Errorf("placement: unknown placement mode %q (want one of %v)", opts.Placement, Modes)
@@ -343,7 +348,7 @@ func (c *Coordinator) SetFilter(f Filter) {
 func (c *Coordinator) Ring() *ring.Ring {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return ringOf(c.ring)
+	return scrape.RingOf(c.ring)
 }
 
 // Placement returns the placement last handed to the filter (nil before
@@ -748,6 +753,9 @@ func (c *Coordinator) Released(r scrape.Placement, config uint64) bool {
 	}
 	return true
 }
+
+// Delay implements scrape.Handoff: --cluster.handoff-delay.
+func (c *Coordinator) Delay() time.Duration { return c.opts.HandoffDelay }
 
 // Contested implements scrape.Handoff: whether targets gained under r that
 // waited out the hand-off delay without Released must wait on, because a

@@ -117,7 +117,7 @@ func TestSimultaneousPromotersReleaseEachOther(t *testing.T) {
 				t.Fatalf("%s not released once both fenced the ring of two: the promoters wait for each other", n)
 			}
 		}
-		if d := time.Since(start); d >= scrape.DefaultHandoffDelay {
+		if d := time.Since(start); d >= DefaultHandoffDelay {
 			t.Fatalf("released after %v, not before the hand-off delay", d)
 		}
 	})

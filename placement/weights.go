@@ -46,19 +46,6 @@ type bounded struct {
 // RingID implements the generation of a placement for RingID.
 func (b *bounded) generation() uint64 { return b.id }
 
-// ringOf returns the hash ring under p (nil for none).
-func ringOf(p scrape.Placement) *ring.Ring {
-	switch v := p.(type) {
-	case *ring.Ring:
-		return v
-	case *bounded:
-		if v != nil {
-			return v.Ring()
-		}
-	}
-	return nil
-}
-
 // estimate is this node's measurement of one target it scrapes as primary.
 type estimate struct {
 	ring.Estimate

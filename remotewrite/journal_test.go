@@ -1,6 +1,7 @@
 package remotewrite
 
 import (
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -72,6 +73,61 @@ func TestJournalTornTailAndBase(t *testing.T) {
 	}
 	if r, err := newJournal(path).load(base, 1); r != nil || err != nil {
 		t.Errorf("journal for another repair generation: %v, %v; want ignored", r, err)
+	}
+}
+
+// A journal whose tail is torn (a short write: disk full, a machine
+// crash) is read up to the tear, and the queue then appends the records of
+// its next run after the torn bytes. A second crash during that run's
+// recovery hides every record it wrote: the reader stops at the old tear.
+func TestJournalAppendAfterTornTailStaysReadable(t *testing.T) {
+	j := newJournal(filepath.Join(t.TempDir(), "q.acks"))
+	base := position{Segment: 3, Offset: 100}
+	if err := j.open(base, 0, false, 0); err != nil {
+		t.Fatal(err)
+	}
+	id, err := j.intent([]item{{ref: 1, t: 10}}, position{Segment: 3, Offset: 200})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := j.done(id); err != nil {
+		t.Fatal(err)
+	}
+	j.close()
+	// A torn record: a frame announcing 100 bytes, of which 3 made it.
+	f, err := os.OpenFile(j.path, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write([]byte{100, 0, 0, 0, 1, 2, 3, 4, 1, 2, 3}); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+
+	// The next run recovers what is whole, keeps the journal and settles
+	// a request of another series.
+	rec, err := j.load(base, 0)
+	if err != nil || rec == nil || rec.acked[wmKey{ref: 1}] != 10 {
+		t.Fatalf("first load: %+v, %v; want series 1 acknowledged at 10", rec, err)
+	}
+	if err := j.open(base, 0, true, 1000); err != nil {
+		t.Fatal(err)
+	}
+	id, err = j.intent([]item{{ref: 2, t: 20}}, position{Segment: 3, Offset: 300})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := j.done(id); err != nil {
+		t.Fatal(err)
+	}
+	j.close()
+
+	rec, err = j.load(base, 0)
+	if err != nil || rec == nil {
+		t.Fatalf("second load: %+v, %v", rec, err)
+	}
+	if got, ok := rec.acked[wmKey{ref: 2}]; !ok || got != 20 {
+		t.Fatalf("series 2 acknowledged at %d (%v) after the second run, want 20: records after the old tear are lost", got, ok)
 	}
 }
 

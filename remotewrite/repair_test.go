@@ -241,3 +241,104 @@ func recordEnds(t *testing.T, dir string, i int) []int64 {
 	}
 	return ends
 }
+
+// A crash that tears the WAL's tail (SIGKILL mid-append) also leaves
+// the acknowledgement journal of the requests acknowledged since the last
+// progress write. The restart repairs the WAL (the repair generation moves
+// on), and the journal, whose header names the old generation, is thrown
+// away although everything it covers lies before the cut. The queue then
+// re-sends the acknowledged rounds mixed with never-sent ones; a Prometheus
+// receiver refuses those requests as out of order and the never-sent samples
+// are dropped with them.
+func TestTornWALTailRepairKeepsJournal(t *testing.T) {
+	old := persistInterval
+	persistInterval = time.Hour // only the first round's position is saved
+	t.Cleanup(func() { persistInterval = old })
+
+	walDir, progDir := dirs(t)
+	const hangAt = 5 // request 5 (round 6) is cancelled, never applied
+	rcv := startRealReceiver(t, hangAt, false)
+	url := rcv.srv.URL + "/api/v1/write"
+	opts := wal.Options{SegmentSize: 1 << 20, Compression: compression.None}
+	series := make([]labels.Labels, 20)
+	for i := range series {
+		series[i] = labels.FromStrings("__name__", "test_metric", "i", fmt.Sprint(i))
+	}
+	ts := time.Now().Add(-time.Minute).UnixMilli()
+	appendRound := func(s *wal.Storage) {
+		t.Helper()
+		app := s.AppenderV2(t.Context())
+		for _, ls := range series {
+			if _, err := app.Append(0, ls, 0, ts, float64(ts), nil, nil, storage.AOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := app.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		ts += 1000
+	}
+	open := func() *wal.Storage {
+		t.Helper()
+		s, err := wal.Open(walDir, opts, nil, prometheus.NewRegistry())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+
+	s := open()
+	tm := startManager(t, walDir, progDir, loadConfig(t, oneQueue, url))
+	for k := range hangAt + 1 {
+		appendRound(s)
+		tm.Notify()
+		if k < hangAt {
+			waitFor(t, fmt.Sprintf("round %d acknowledged", k), func() bool { return rcv.count(t) == (k+1)*len(series) })
+		}
+	}
+	<-rcv.hung
+	tm.shutdown(t, 100*time.Millisecond) // as a crash: round 6 never settled
+	if pf := readProgressFile(t, filepath.Join(progDir, "q.json")); pf.Offset == 0 {
+		t.Fatal("no position saved after the first round")
+	}
+
+	// Three more rounds that are never sent, the last one torn by the crash.
+	for range 3 {
+		appendRound(s)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ends := recordEnds(t, walDir, 0)
+	n := len(ends)
+	if err := os.Truncate(wlog.SegmentName(walDir, 0), (ends[n-2]+ends[n-1])/2); err != nil {
+		t.Fatal(err)
+	}
+	s = open() // repairs the torn tail
+	defer s.Close()
+	if r, _ := wal.ReadRepairs(walDir); r.Generation != 1 {
+		t.Fatalf("repair record %+v, want generation 1", r)
+	}
+	for range 2 {
+		appendRound(s)
+	}
+
+	tm = startManager(t, walDir, progDir, loadConfig(t, oneQueue, url))
+	// Rounds 1..6, the two whole rounds kept by the repair, two after it.
+	want := (hangAt + 1 + 2 + 2) * len(series)
+	failed := func() float64 {
+		return tm.metric(t, "prometheus_remote_storage_samples_failed_total", "remote_name", "q")
+	}
+	waitFor(t, "every sample at the receiver, or some dropped", func() bool {
+		tm.Notify()
+		return rcv.count(t) == want || failed() > 0
+	})
+	tm.shutdown(t, 5*time.Second)
+	if v := failed(); v != 0 {
+		t.Fatalf("%v samples dropped after the repair; receiver holds %d of %d samples; receiver %+v",
+			v, rcv.count(t), want, rcv.Stats())
+	}
+	if got := rcv.count(t); got != want {
+		t.Fatalf("receiver holds %d samples, want %d", got, want)
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -136,5 +138,53 @@ func TestRestartNeverResendsAcknowledged(t *testing.T) {
 			}
 			t.Logf("receiver: %+v", st)
 		})
+	}
+}
+
+// A queue without a progress file (first start, a new
+// remote_write, an unreadable file) writes its journal but never reads it
+// back: openJournal only loads it when a saved position was found. A crash
+// during the first round (which lasts the whole outage if the remote end is
+// down at first start) re-sends it in new groupings; a request mixing the
+// applied-but-unanswered request's samples with never-sent ones is refused
+// as out of order by a Prometheus receiver, and the never-sent ones are lost.
+func TestFirstRoundCrashWithoutProgressFileKeepsJournal(t *testing.T) {
+	walDir, progDir := dirs(t)
+	tw := newTestWAL(t, walDir)
+	const hangAt = 1 // the first round's second request: applied, never answered
+	rcv := startRealReceiver(t, hangAt, true)
+	url := rcv.srv.URL + "/api/v1/write"
+	refs := tw.fleet(1, 10)
+	base := time.Now().Add(-time.Minute).UnixMilli()
+	ts := func(k int) int64 { return base + int64(k)*1000 }
+	// 80 samples: one round of two requests (50 acknowledged, 30 applied and
+	// never answered).
+	for k := range 8 {
+		tw.samples(refs, ts(k))
+	}
+	tm := startManager(t, walDir, progDir, loadConfig(t, oneQueue, url))
+	<-rcv.hung
+	waitFor(t, "both requests applied", func() bool { return rcv.count(t) == 80 })
+	tm.shutdown(t, 100*time.Millisecond) // as a crash: the round never ended
+	if _, err := os.Stat(filepath.Join(progDir, "q.json")); err == nil {
+		t.Fatal("a progress file was written: the first round ended")
+	}
+
+	for k := 8; k < 12; k++ {
+		tw.samples(refs, ts(k))
+	}
+	tm = startManager(t, walDir, progDir, loadConfig(t, oneQueue, url))
+	const want = 12 * 10
+	failed := func() float64 {
+		return tm.metric(t, "prometheus_remote_storage_samples_failed_total", "remote_name", "q")
+	}
+	waitFor(t, "every sample at the receiver, or a request refused", func() bool {
+		tm.Notify()
+		return rcv.count(t) == want || failed() > 50 // the 50 acknowledged ones refused again
+	})
+	tm.shutdown(t, 5*time.Second)
+	if got := rcv.count(t); got != want {
+		t.Fatalf("receiver holds %d samples, want %d; %v samples dropped after the restart; receiver %+v",
+			got, want, failed(), rcv.Stats())
 	}
 }

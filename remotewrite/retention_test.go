@@ -1,13 +1,18 @@
 package remotewrite
 
 import (
+	"fmt"
+	"math"
 	"net/http"
+	"os"
+	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/prometheus/prompb"
 	"github.com/prometheus/prometheus/storage"
+	"github.com/prometheus/prometheus/tsdb/chunks"
 	"github.com/prometheus/prometheus/tsdb/wlog"
 
 	"github.com/shoal-dev/shoal/wal"
@@ -103,5 +108,71 @@ remote_write:
 	}
 	if p, _ := tm.PendingSegment(); p < first {
 		t.Fatalf("pending segment %d after catching up, want >= %d", p, first)
+	}
+}
+
+// When a WAL limit (--storage.wal.max-size or max-age) deleted the
+// segment of the saved position, the queue starts at the first remaining
+// segment and ignores the journal, whose header names the saved position.
+// The acknowledged rounds after it are re-sent mixed with never-sent ones
+// and refused as out of order: data within the limits is lost.
+func TestJournalKeptWhenLimitDeletedSavedSegment(t *testing.T) {
+	old := persistInterval
+	persistInterval = time.Hour // only the first round's position is saved
+	t.Cleanup(func() { persistInterval = old })
+
+	walDir, progDir := dirs(t)
+	tw := newTestWAL(t, walDir)
+	const hangAt = 5 // round 5 is cancelled, never applied
+	rcv := startRealReceiver(t, hangAt, false)
+	url := rcv.srv.URL + "/api/v1/write"
+	refs := tw.fleet(1, 10)
+	base := time.Now().Add(-time.Minute).UnixMilli()
+	ts := func(k int) int64 { return base + int64(k)*1000 }
+	tw.samples(refs, ts(0))
+	tm := startManager(t, walDir, progDir, loadConfig(t, oneQueue, url))
+	waitFor(t, "round 0 acknowledged", func() bool { return rcv.count(t) == 10 })
+	waitFor(t, "round 0 persisted", func() bool {
+		_, err := os.Stat(filepath.Join(progDir, "q.json"))
+		return err == nil
+	})
+	tw.nextSegment()
+	for k := 1; k <= hangAt; k++ {
+		tw.samples(refs, ts(k))
+		tm.Notify()
+		if k < hangAt {
+			waitFor(t, fmt.Sprintf("round %d acknowledged", k), func() bool { return rcv.count(t) == (k+1)*10 })
+		}
+	}
+	<-rcv.hung
+	tm.shutdown(t, 100*time.Millisecond) // as a crash
+	if pf := readProgressFile(t, filepath.Join(progDir, "q.json")); pf.Segment != 0 {
+		t.Fatalf("saved segment %d, want 0", pf.Segment)
+	}
+
+	// A limit deletes segment 0 (checkpointing its series), as wal.Truncate does.
+	if _, err := wlog.Checkpoint(testLogger(t), tw.w, 0, 0, func(chunks.HeadSeriesRef) bool { return true }, math.MaxInt64, false, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := tw.w.Truncate(1); err != nil {
+		t.Fatal(err)
+	}
+	for k := hangAt + 1; k <= hangAt+2; k++ {
+		tw.samples(refs, ts(k))
+	}
+
+	tm = startManager(t, walDir, progDir, loadConfig(t, oneQueue, url))
+	const want = (hangAt + 3) * 10
+	failed := func() float64 {
+		return tm.metric(t, "prometheus_remote_storage_samples_failed_total", "remote_name", "q")
+	}
+	waitFor(t, "every sample at the receiver, or some dropped", func() bool {
+		tm.Notify()
+		return rcv.count(t) == want || failed() > 0
+	})
+	tm.shutdown(t, 5*time.Second)
+	if got := rcv.count(t); got != want || failed() != 0 {
+		t.Fatalf("receiver holds %d samples, want %d; %v samples dropped after the restart; receiver %+v",
+			got, want, failed(), rcv.Stats())
 	}
 }

@@ -187,6 +187,39 @@ func (r *Ring) Owners(key uint64, n int, buf []string) []string {
 	return buf
 }
 
+// Token is one token on the ring and the node it belongs to.
+type Token struct {
+	Value uint64
+	Node  string
+}
+
+// Walk returns the walk Owners(key, n, nil) makes: the tokens met clockwise
+// from key, in order, until n distinct nodes are found, and the last token
+// before key, so that key lies in the arc (prev, walk[0]]. It returns
+// nothing for an empty ring or n <= 0. It allocates: it is meant for
+// explaining an owner list (the status page), not for the lookup path.
+func (r *Ring) Walk(key uint64, n int) (prev Token, walk []Token) {
+	if r == nil || len(r.tokens) == 0 || n <= 0 {
+		return Token{}, nil
+	}
+	n = min(n, len(r.nodes))
+	i := r.search(key)
+	prev = r.token((i - 1 + len(r.tokens)) % len(r.tokens))
+	seen := make([]int32, 0, n)
+	for steps := 0; steps < len(r.tokens) && len(seen) < n; steps++ {
+		if !slices.Contains(seen, r.owner[i]) {
+			seen = append(seen, r.owner[i])
+		}
+		walk = append(walk, r.token(i))
+		if i++; i == len(r.tokens) {
+			i = 0
+		}
+	}
+	return prev, walk
+}
+
+func (r *Ring) token(i int) Token { return Token{Value: r.tokens[i], Node: r.nodes[r.owner[i]]} }
+
 // Primary returns the primary owner of key, or "" for an empty ring.
 func (r *Ring) Primary(key uint64) string {
 	if r == nil || len(r.tokens) == 0 {

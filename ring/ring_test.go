@@ -1,6 +1,7 @@
 package ring
 
 import (
+	"cmp"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -328,5 +329,77 @@ func TestOwnersDoesNotAllocate(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Errorf("Owners allocated %v times per run with a big enough buffer", allocs)
+	}
+}
+
+// oracleTokens derives a ring's tokens as the package documents them (token
+// i of node n is xxhash64(n, 0, decimal(i))), sorted, ties by node name.
+func oracleTokens(counts map[string]int) []Token {
+	var out []Token
+	for n, c := range counts {
+		for i := range c {
+			out = append(out, Token{Value: xxhash.Sum64String(n + "\x00" + strconv.Itoa(i)), Node: n})
+		}
+	}
+	slices.SortFunc(out, func(a, b Token) int {
+		if a.Value != b.Value {
+			return cmp.Compare(a.Value, b.Value)
+		}
+		return cmp.Compare(a.Node, b.Node)
+	})
+	return out
+}
+
+// Walk lists the tokens Owners walks: from the first token at or after the
+// key, one by one clockwise (wrapping), until the n-th distinct node, with
+// the token before the key; its distinct nodes are Owners, in order.
+func TestWalkIsTheOwnersWalk(t *testing.T) {
+	counts := map[string]int{"a": 3, "b": 8, "c": 1, "d": 8}
+	var members []Member
+	for n, c := range counts {
+		members = append(members, Member{Name: n, Tokens: c})
+	}
+	even := map[string]int{"a": 8, "b": 8, "c": 8, "d": 8}
+	for name, tc := range map[string]struct {
+		r      *Ring
+		counts map[string]int
+	}{
+		"equal counts":    {New([]string{"d", "c", "b", "a"}, 8), even},
+		"weighted counts": {NewWeighted(members), counts},
+	} {
+		t.Run(name, func(t *testing.T) {
+			toks := oracleTokens(tc.counts)
+			keys := append(testKeys(500, 7), 0, toks[0].Value, toks[len(toks)-1].Value, toks[len(toks)-1].Value+1, ^uint64(0))
+			for _, k := range keys {
+				start, _ := slices.BinarySearchFunc(toks, k, func(e Token, k uint64) int { return cmp.Compare(e.Value, k) })
+				for n := 1; n <= 5; n++ {
+					prev, walk := tc.r.Walk(k, n)
+					if want := toks[(start-1+len(toks))%len(toks)]; prev != want {
+						t.Fatalf("key %x: previous token %+v, want %+v", k, prev, want)
+					}
+					var nodes []string
+					for i, tok := range walk {
+						if want := toks[(start+i)%len(toks)]; tok != want {
+							t.Fatalf("key %x n=%d: step %d is %+v, want %+v", k, n, i, tok, want)
+						}
+						if !slices.Contains(nodes, tok.Node) {
+							nodes = append(nodes, tok.Node)
+						} else if i == len(walk)-1 {
+							t.Fatalf("key %x n=%d: walk goes on past its last new node: %+v", k, n, walk)
+						}
+					}
+					if owners := tc.r.Owners(k, n, nil); !slices.Equal(nodes, owners) {
+						t.Fatalf("key %x n=%d: walk meets %v, owners %v", k, n, nodes, owners)
+					}
+				}
+			}
+		})
+	}
+	var nilRing *Ring
+	if prev, walk := nilRing.Walk(1, 3); prev != (Token{}) || walk != nil {
+		t.Errorf("nil ring walk: %+v %+v", prev, walk)
+	}
+	if _, walk := New([]string{"a"}, 4).Walk(1, 0); walk != nil {
+		t.Errorf("walk for n=0: %+v", walk)
 	}
 }

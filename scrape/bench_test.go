@@ -14,7 +14,7 @@ const benchTargets = 100_000
 
 func benchFilter(b *testing.B) *Filter {
 	b.Helper()
-	f := NewFilter(FilterOptions{HandoffDelay: -1}, nil, nil, nil)
+	f := newFilter(b, FilterOptions{}, nil, nil, nil)
 	if err := f.ApplyConfig(loadConfig(b, twoJobs)); err != nil {
 		b.Fatal(err)
 	}

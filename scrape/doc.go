@@ -34,15 +34,13 @@
 // moment. A target removed from discovery, on the other hand, is stopped
 // normally and does get its staleness markers.
 //
-// When a ring change moves a target here, the Filter holds it back for
-// FilterOptions.HandoffDelay (2s by default). The previous owner needs that
-// long to notice the same ring change, let its scrape manager stop the loop
-// (it reloads at most once per DiscoveryReloadInterval, 1s in shoal) and
-// commit its last samples; starting at once would let both owners' samples
-// for the same series reach the remote end interleaved, and the later of two
-// near-identical timestamps would be rejected as out of order. The delay is
-// skipped when nobody else owned the target before (a brand-new target, a
-// single node bootstrapping, clustering disabled).
+// When a ring change moves a target here, the Filter holds it back until
+// its Handoff (the placement package) says every peer has fenced it
+// (Handoff.Released), for at most Handoff.Delay (--cluster.handoff-delay)
+// unless Handoff.Contested says a peer may still scrape it; starting while the previous owner still scrapes would let both owners'
+// samples for the same series reach the remote end interleaved, and the
+// later of two near-identical timestamps would be rejected as out of
+// order. Without a Handoff (clustering disabled) nothing is held back.
 //
 // When the node stops being a participant (it is terminating, or still a
 // viewer) it owns nothing; targets it gives up that way are handed off

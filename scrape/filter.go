@@ -23,11 +23,8 @@ import (
 	promscrape "github.com/prometheus/prometheus/scrape"
 )
 
-// Defaults for FilterOptions.
-const (
-	DefaultHandoffDelay = 2 * time.Second
-	DefaultRingCoalesce = 100 * time.Millisecond
-)
+// DefaultRingCoalesce is FilterOptions.RingCoalesce's default.
+const DefaultRingCoalesce = 100 * time.Millisecond
 
 // Drop reasons reported in TargetInfo.DropReason. A target that is not owned
 // because another node owns it reports "owned by <node>[, <node>...]"; an
@@ -51,18 +48,10 @@ const ReasonNotPlaced = "not in the configuration the cluster places by yet"
 // FilterOptions configures a Filter. The zero value is usable: every zero
 // field takes the documented default.
 type FilterOptions struct {
-	// HandoffDelay is how long a target that a ring change moved to this node
-	// is held back, so that its previous owner has stopped it and flushed its
-	// last samples first. 0 means DefaultHandoffDelay (2s); a negative value
-	// disables the delay. Without Handoff, brand-new targets and targets
-	// nobody else owned are never delayed. With Handoff it is the upper bound
-	// of the wait for Handoff.Released, for every gained target, except
-	// while Handoff.Contested says a peer may still be scraping it.
-	HandoffDelay time.Duration
-
 	// Handoff, when set, orders hand-offs: lost targets are fenced before
 	// anything else happens, and gained ones wait until Handoff.Released
-	// (or HandoffDelay). Every target passed on then carries UnitLabel.
+	// (or Handoff.Delay). Every target passed on then carries UnitLabel.
+	// Without it (clustering disabled) nothing is ever held back.
 	Handoff Handoff
 
 	// ReplicaLabel, with a replication factor above 1, is the target label
@@ -80,12 +69,6 @@ type FilterOptions struct {
 }
 
 func (o FilterOptions) withDefaults() FilterOptions {
-	switch {
-	case o.HandoffDelay == 0:
-		o.HandoffDelay = DefaultHandoffDelay
-	case o.HandoffDelay < 0:
-		o.HandoffDelay = 0
-	}
 	switch {
 	case o.RingCoalesce == 0:
 		o.RingCoalesce = DefaultRingCoalesce
@@ -142,8 +125,11 @@ type Handoff interface {
 	// start. A reload that changes a target's URL moves its key: the peers
 	// must have applied the same configuration too.
 	Released(r Placement, config uint64) bool
+	// Delay bounds how long a gained target waits for Released
+	// (--cluster.handoff-delay); the Handoff owns its default.
+	Delay() time.Duration
 	// Contested reports whether targets gained under r and config that have
-	// waited out FilterOptions.HandoffDelay without Released must wait on:
+	// waited out Delay without Released must wait on:
 	// a peer may still be scraping them. They start when Released or when
 	// Contested turns false; the Filter asks again after Recheck, so the
 	// Handoff must call Recheck when its answer may change.
@@ -299,19 +285,23 @@ type entry struct {
 }
 
 // NewFilter returns a Filter that hands moved targets off through mgr
-// (which may be nil) and registers its metrics on reg (which may be nil).
-// Until SetRing is called the Filter behaves as if clustering were disabled
-// and owns every target: call SetRing with participant=false first if the
-// node must not scrape before it has joined.
-func NewFilter(opts FilterOptions, mgr ScrapeManager, logger *slog.Logger, reg prometheus.Registerer) *Filter {
+// (which may be nil) and registers its metrics on reg (which may be nil;
+// Close unregisters them). Until SetRing is called the Filter behaves as if
+// clustering were disabled and owns every target: call SetRing with
+// participant=false first if the node must not scrape before it has joined.
+func NewFilter(opts FilterOptions, mgr ScrapeManager, logger *slog.Logger, reg prometheus.Registerer) (*Filter, error) {
 	if logger == nil {
 		logger = promslog.NewNopLogger()
+	}
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, err
 	}
 	f := &Filter{
 		opts:        opts.withDefaults(),
 		mgr:         mgr,
 		logger:      logger,
-		metrics:     newMetrics(reg, logger),
+		metrics:     m,
 		ringSignal:  make(chan struct{}, 1),
 		cfgSignal:   make(chan struct{}, 1),
 		recheck:     make(chan struct{}, 1),
@@ -327,8 +317,11 @@ func NewFilter(opts FilterOptions, mgr ScrapeManager, logger *slog.Logger, reg p
 	}
 	f.applied = f.latest
 	f.metrics.setRing(f.applied)
-	return f
+	return f, nil
 }
+
+// Close unregisters the Filter's metrics.
+func (f *Filter) Close() { f.metrics.group.Unregister() }
 
 // ApplyConfig takes the scrape configs by job name. Targets of jobs that are
 // no longer configured are forgotten; jobs whose config changed get their
@@ -672,11 +665,15 @@ func (f *Filter) refilter(now time.Time) (out map[string][]*targetgroup.Group, c
 		movedIn     int
 		ownedByJob  = map[string]int{}
 		h           = f.opts.Handoff
+		delay       time.Duration // h's; nothing waits without h
 		activated   []Unit
 		released    *bool // Handoff.Released(cur.ring), asked once when needed
 		contested   *bool // Handoff.Contested(cur.ring), likewise
 		timedOut    int
 	)
+	if h != nil {
+		delay = h.Delay()
+	}
 	isReleased := func() bool {
 		if released == nil {
 			r := h.Released(cur.ring, cfgID)
@@ -762,35 +759,31 @@ func (f *Filter) refilter(now time.Time) (out map[string][]*targetgroup.Group, c
 					moved, movedByOther = movedFrom(e)
 				}
 				gained := false
+				// Only a Handoff makes a target wait: wasWaiting implies h != nil.
 				switch {
 				case wasOwned && oldRank == rank:
 					active = true
-				case wasWaiting && h != nil && !w.fixed && isReleased():
+				case wasWaiting && !w.fixed && isReleased():
 					active, gained = true, true
-				case wasWaiting && !now.Before(w.due) && h != nil && !w.fixed && isContested():
+				case wasWaiting && !now.Before(w.due) && !w.fixed && isContested():
 					waiting[e.key] = w // until Released or uncontested (Recheck)
 				case wasWaiting && !now.Before(w.due):
 					active, gained = true, true
-					if h != nil {
-						timedOut++
-					}
+					timedOut++
 				case wasWaiting:
 					waiting[e.key] = w
-				case moved && movedByOther && f.opts.HandoffDelay > 0:
+				case moved && movedByOther && h != nil:
 					// With a new configuration the peers' fences of it
 					// release the target; a key moved by discovery alone
 					// waits the whole delay.
-					waiting[e.key] = waitEntry{due: now.Add(f.opts.HandoffDelay), rank: rank, fixed: h == nil || !cfgChanged}
+					waiting[e.key] = waitEntry{due: now.Add(delay), rank: rank, fixed: !cfgChanged}
 				case moved && !movedByOther && prev.participant:
 					// This node alone scraped it under its old key.
 					active = true
-				case h != nil && f.opts.HandoffDelay > 0 && !isReleased():
+				case h != nil && !isReleased():
 					// A peer may still be scraping it: wait until every
 					// peer has fenced this ring, or the delay.
-					waiting[e.key] = waitEntry{due: now.Add(f.opts.HandoffDelay), rank: rank}
-				case h == nil && wasKnown && f.opts.HandoffDelay > 0 && prev.ownedByOther(e, buf):
-					// Someone else was scraping it: give them time to stop.
-					waiting[e.key] = waitEntry{due: now.Add(f.opts.HandoffDelay), rank: rank}
+					waiting[e.key] = waitEntry{due: now.Add(delay), rank: rank}
 				default:
 					// Nobody else can be scraping it.
 					active = true
@@ -888,7 +881,7 @@ func (f *Filter) refilter(now time.Time) (out map[string][]*targetgroup.Group, c
 		if timedOut > 0 {
 			f.metrics.gateTimeouts.Add(float64(timedOut))
 			f.logger.Warn("Started gained targets after --cluster.handoff-delay without every peer having fenced them",
-				"targets", timedOut, "delay", f.opts.HandoffDelay)
+				"targets", timedOut, "delay", delay)
 		}
 	}
 
@@ -915,7 +908,7 @@ func (f *Filter) refilter(now time.Time) (out map[string][]*targetgroup.Group, c
 			"participant", cur.participant)
 	} else if len(waiting) > 0 && ringChanged {
 		f.logger.Info("Ring change: holding gained targets back for hand-off",
-			"waiting_for_handoff", len(waiting), "delay", f.opts.HandoffDelay)
+			"waiting_for_handoff", len(waiting), "delay", delay)
 	}
 	return out, changed, next
 }

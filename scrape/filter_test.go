@@ -147,7 +147,7 @@ func TestRelabelDroppedNeverOwned(t *testing.T) {
 func TestVolatileLabelsKeepOwner(t *testing.T) {
 	cfg := loadConfig(t, twoJobs)
 	reg := prometheus.NewRegistry()
-	f := NewFilter(FilterOptions{RingCoalesce: -1, HandoffDelay: -1}, nil, promslog.NewNopLogger(), reg)
+	f := newFilter(t, FilterOptions{RingCoalesce: -1}, nil, promslog.NewNopLogger(), reg)
 	if err := f.ApplyConfig(cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +195,7 @@ func TestNodesAgree(t *testing.T) {
 			owners := map[string][]string{} // job/address -> nodes
 			var reference []TargetInfo
 			for _, n := range nodes {
-				f := NewFilter(FilterOptions{}, nil, nil, nil)
+				f := newFilter(t, FilterOptions{}, nil, nil, nil)
 				if err := f.ApplyConfig(cfg); err != nil {
 					t.Fatal(err)
 				}
@@ -263,7 +263,7 @@ func TestParticipation(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			reg := prometheus.NewRegistry()
-			f := NewFilter(FilterOptions{}, nil, nil, reg)
+			f := newFilter(t, FilterOptions{}, nil, nil, reg)
 			if err := f.ApplyConfig(cfg); err != nil {
 				t.Fatal(err)
 			}
@@ -310,13 +310,14 @@ func TestParticipation(t *testing.T) {
 }
 
 // TestGainedTargetsWaitForHandoff: targets a ring change moves here appear
-// only after HandoffDelay; brand-new targets and bootstrapping are not
+// only after the Handoff's delay when no release comes; brand-new targets
+// are not counted as moved in, and bootstrapping (released at once) is not
 // delayed.
 func TestGainedTargetsWaitForHandoff(t *testing.T) {
 	cfg := loadConfig(t, twoJobs)
 	t.Run("gained from a peer", func(t *testing.T) {
 		const delay = 400 * time.Millisecond
-		h := startFilter(t, FilterOptions{HandoffDelay: delay, RingCoalesce: -1}, nil, cfg)
+		h := startFilter(t, FilterOptions{Handoff: &recordingHandoff{delay: delay}, RingCoalesce: -1}, nil, cfg)
 		// a is a participant, but the ring does not list it yet: b owns all.
 		h.f.SetRing(ring.New([]string{"b"}, 0), "a", 1, true)
 		h.send(t, discovery(200, "node"))
@@ -351,7 +352,7 @@ func TestGainedTargetsWaitForHandoff(t *testing.T) {
 		}
 	})
 	t.Run("brand-new target", func(t *testing.T) {
-		h := startFilter(t, FilterOptions{HandoffDelay: time.Hour, RingCoalesce: -1}, nil, cfg)
+		h := startFilter(t, FilterOptions{Handoff: &recordingHandoff{released: true, delay: time.Hour}, RingCoalesce: -1}, nil, cfg)
 		r := ring.New([]string{"a", "b"}, 0)
 		h.f.SetRing(r, "a", 1, true)
 		h.send(t, discovery(50, "node"))
@@ -363,7 +364,7 @@ func TestGainedTargetsWaitForHandoff(t *testing.T) {
 		}
 	})
 	t.Run("single node bootstrap", func(t *testing.T) {
-		h := startFilter(t, FilterOptions{HandoffDelay: time.Hour, RingCoalesce: -1}, nil, cfg)
+		h := startFilter(t, FilterOptions{Handoff: &recordingHandoff{released: true, delay: time.Hour}, RingCoalesce: -1}, nil, cfg)
 		h.f.SetRing(ring.New(nil, 0), "a", 1, false)
 		h.send(t, discovery(50, "node"))
 		h.waitOutput(t, 5*time.Second, "nothing owned as viewer", func(o tsets) bool { return count(o) == 0 })
@@ -372,7 +373,7 @@ func TestGainedTargetsWaitForHandoff(t *testing.T) {
 	})
 	t.Run("lost again while waiting", func(t *testing.T) {
 		const delay = time.Second
-		h := startFilter(t, FilterOptions{HandoffDelay: delay, RingCoalesce: -1}, nil, cfg)
+		h := startFilter(t, FilterOptions{Handoff: &recordingHandoff{delay: delay}, RingCoalesce: -1}, nil, cfg)
 		h.f.SetRing(ring.New([]string{"b"}, 0), "a", 1, true)
 		h.send(t, discovery(100, "node"))
 		h.waitOutput(t, 5*time.Second, "empty", func(o tsets) bool { return count(o) == 0 })
@@ -413,7 +414,7 @@ func TestGainedTargetsWaitForHandoff(t *testing.T) {
 
 func TestSetRingCoalesced(t *testing.T) {
 	cfg := loadConfig(t, twoJobs)
-	h := startFilter(t, FilterOptions{RingCoalesce: 200 * time.Millisecond, HandoffDelay: -1}, nil, cfg)
+	h := startFilter(t, FilterOptions{RingCoalesce: 200 * time.Millisecond}, nil, cfg)
 	h.f.SetRing(ring.New([]string{"a", "b"}, 0), "a", 1, true)
 	h.send(t, discovery(100, "node"))
 	h.waitOutput(t, 5*time.Second, "initial output", func(o tsets) bool { return count(o) > 0 && count(o) < 100 })
@@ -478,7 +479,7 @@ func TestRunDoesNotBlockDiscovery(t *testing.T) {
 }
 
 func TestTargetsSorted(t *testing.T) {
-	f := NewFilter(FilterOptions{}, nil, nil, nil)
+	f := newFilter(t, FilterOptions{}, nil, nil, nil)
 	if err := f.ApplyConfig(loadConfig(t, twoJobs)); err != nil {
 		t.Fatal(err)
 	}
@@ -495,5 +496,28 @@ func TestTargetsSorted(t *testing.T) {
 	}
 	if infos[0].Job != "app" || infos[0].Labels.Get("zone") != "z1" || infos[0].DiscoveredLabels.Get(model.AddressLabel) == "" {
 		t.Fatalf("first target %+v", infos[0])
+	}
+}
+
+// A second Filter on the same registry is refused (it used to log and go
+// on unexported) and leaves the first one's metrics; Close unregisters them.
+func TestFilterMetricsRegisteredOnceAndUnregisteredByClose(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	f, err := NewFilter(FilterOptions{}, nil, nil, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewFilter(FilterOptions{}, nil, nil, reg); err == nil {
+		t.Fatal("a second Filter registered the same metrics")
+	}
+	if n, err := testutil.GatherAndCount(reg, "shoal_ring_tokens", "shoal_ring_ownership_ratio"); err != nil || n != 2 {
+		t.Fatalf("the first Filter's metrics after the refused second: %d series, %v; want 2", n, err)
+	}
+	f.Close()
+	if n, err := testutil.GatherAndCount(reg); err != nil || n != 0 {
+		t.Fatalf("%d series left after Close (%v), want none", n, err)
+	}
+	if _, err := NewFilter(FilterOptions{}, nil, nil, reg); err != nil {
+		t.Fatalf("a Filter after Close: %v", err)
 	}
 }

@@ -19,6 +19,7 @@ type recordingHandoff struct {
 	mu        sync.Mutex
 	released  bool
 	contested bool
+	delay     time.Duration // 0: testHandoffDelay
 	calls     []string
 	fenced    []Unit
 	activated []Unit
@@ -44,6 +45,17 @@ func (h *recordingHandoff) Released(Placement, uint64) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.released
+}
+
+// testHandoffDelay stands for placement.DefaultHandoffDelay, which this
+// package's tests cannot import.
+const testHandoffDelay = 2 * time.Second
+
+func (h *recordingHandoff) Delay() time.Duration {
+	if h.delay == 0 {
+		return testHandoffDelay
+	}
+	return h.delay
 }
 
 // Contested answers what the test set with contest.
@@ -102,7 +114,7 @@ func TestHandoffGatesGainedAndFencesLost(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg := loadConfig(t, twoJobs)
 		ho := &recordingHandoff{}
-		h := startFilter(t, FilterOptions{HandoffDelay: 2 * time.Second, RingCoalesce: -1, Handoff: ho}, nil, cfg)
+		h := startFilter(t, FilterOptions{RingCoalesce: -1, Handoff: ho}, nil, cfg)
 		onlyB := ring.New([]string{"b"}, 0)
 		h.f.SetRing(onlyB, "a", 1, true)
 		h.send(t, discovery(100, "node"))
@@ -199,7 +211,7 @@ func TestContestedTargetsWaitPastTheDelay(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg := loadConfig(t, twoJobs)
 		ho := &recordingHandoff{}
-		h := startFilter(t, FilterOptions{HandoffDelay: 2 * time.Second, RingCoalesce: -1, Handoff: ho}, nil, cfg)
+		h := startFilter(t, FilterOptions{RingCoalesce: -1, Handoff: ho}, nil, cfg)
 		h.f.SetRing(ring.New([]string{"b"}, 0), "a", 1, true)
 		h.send(t, discovery(100, "node"))
 		if o, ok := readNow(t, h); !ok || count(o) != 0 {
@@ -284,5 +296,55 @@ func TestReplicaLabelCarriesRank(t *testing.T) {
 		if ranks["0"] == 0 || ranks["1"] == 0 {
 			t.Fatalf("ranks seen: %v, want both 0 and 1", ranks)
 		}
+	})
+}
+
+// A gained target's wait is bounded by the Handoff's Delay (the placement
+// package owns --cluster.handoff-delay and its default), and without a
+// Handoff (clustering disabled) nothing is held back: the filter has no
+// delay of its own.
+func TestGateBoundIsTheHandoffsDelay(t *testing.T) {
+	cfg := loadConfig(t, twoJobs)
+	onlyB, both := ring.New([]string{"b"}, 0), ring.New([]string{"a", "b"}, 0)
+	t.Run("with a Handoff", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			const delay = 700 * time.Millisecond
+			h := startFilter(t, FilterOptions{RingCoalesce: -1, Handoff: &recordingHandoff{delay: delay}}, nil, cfg)
+			h.f.SetRing(onlyB, "a", 1, true)
+			h.send(t, discovery(100, "node"))
+			if o, ok := readNow(t, h); !ok || count(o) != 0 {
+				t.Fatalf("first output: %v %v", ok, o)
+			}
+			h.f.SetRing(both, "a", 1, true)
+			time.Sleep(delay - time.Millisecond)
+			if o, ok := readNow(t, h); ok && count(o) != 0 {
+				t.Fatalf("gained targets passed on before the Handoff's %v delay", delay)
+			}
+			time.Sleep(time.Millisecond)
+			if o, ok := readNow(t, h); !ok || count(o) == 0 {
+				t.Fatalf("gained targets not passed on at the Handoff's %v delay", delay)
+			}
+		})
+	})
+	t.Run("without a Handoff", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			h := startFilter(t, FilterOptions{RingCoalesce: -1}, nil, cfg)
+			h.f.SetRing(onlyB, "a", 1, true)
+			h.send(t, discovery(100, "node"))
+			if o, ok := readNow(t, h); !ok || count(o) != 0 {
+				t.Fatalf("first output: %v %v", ok, o)
+			}
+			start := time.Now()
+			h.f.SetRing(both, "a", 1, true)
+			o, ok := readNow(t, h)
+			if !ok || count(o) == 0 || time.Since(start) >= time.Second {
+				t.Fatalf("gained targets held back without a Handoff (passed on: %v, after %v)", ok, time.Since(start))
+			}
+			for _, ti := range h.f.Targets() {
+				if ti.DropReason == ReasonWaitingHandoff {
+					t.Fatalf("target %s waits for a hand-off without a Handoff", ti.ScrapeURL)
+				}
+			}
+		})
 	})
 }

@@ -133,7 +133,7 @@ scrape_configs:
 			wg.Go(func() { _ = mgr.Run(scrapeCh) })
 
 			h := &harness{
-				f:  NewFilter(FilterOptions{RingCoalesce: -1}, mgr, logger, nil),
+				f:  newFilter(t, FilterOptions{RingCoalesce: -1}, mgr, logger, nil),
 				in: make(chan tsets),
 			}
 			if err := h.f.ApplyConfig(cfg); err != nil {

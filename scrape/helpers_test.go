@@ -3,11 +3,13 @@ package scrape
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/common/promslog"
 	"github.com/prometheus/prometheus/config"
@@ -60,6 +62,18 @@ func discovery(n int, jobs ...string) tsets {
 	return res
 }
 
+// newFilter is NewFilter for tests: an error fails the test, and the Filter
+// is closed when the test ends.
+func newFilter(tb testing.TB, opts FilterOptions, mgr ScrapeManager, logger *slog.Logger, reg prometheus.Registerer) *Filter {
+	tb.Helper()
+	f, err := NewFilter(opts, mgr, logger, reg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(f.Close)
+	return f
+}
+
 // harness runs a Filter with the given options until the test ends.
 type harness struct {
 	f   *Filter
@@ -70,7 +84,7 @@ type harness struct {
 func startFilter(t *testing.T, opts FilterOptions, mgr ScrapeManager, cfg *config.Config) *harness {
 	t.Helper()
 	h := &harness{
-		f:   NewFilter(opts, mgr, promslog.NewNopLogger(), nil),
+		f:   newFilter(t, opts, mgr, promslog.NewNopLogger(), nil),
 		in:  make(chan tsets),
 		out: make(chan tsets),
 	}

@@ -1,11 +1,11 @@
 package scrape
 
 import (
-	"errors"
-	"log/slog"
+	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/shoal-dev/shoal/internal/promreg"
 	"github.com/shoal-dev/shoal/ring"
 )
 
@@ -20,9 +20,11 @@ type metrics struct {
 	// gateTimeouts counts gained targets started by --cluster.handoff-delay
 	// rather than by every peer having fenced them.
 	gateTimeouts prometheus.Counter
+
+	group *promreg.Group // unregistered by Filter.Close
 }
 
-func newMetrics(reg prometheus.Registerer, logger *slog.Logger) *metrics {
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	moved := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "shoal_targets_moved_total",
 		Help: "Targets this node gained (in) or handed off (out) because the ring or its participation changed.",
@@ -55,25 +57,16 @@ func newMetrics(reg prometheus.Registerer, logger *slog.Logger) *metrics {
 			Help: "Gained targets started because --cluster.handoff-delay passed before every peer had fenced them.",
 		}),
 	}
-	if reg != nil {
-		for _, c := range []prometheus.Collector{m.discovered, m.owned, m.invalid, moved, m.ringTokens, m.ownership, m.gateTimeouts} {
-			if err := reg.Register(c); err != nil {
-				// A second Filter on the same registry is a wiring bug, not a
-				// reason to crash: keep counting, unexported.
-				var are prometheus.AlreadyRegisteredError
-				if !errors.As(err, &are) {
-					logger.Error("Cannot register scrape filter metric", "err", err)
-				} else {
-					logger.Warn("Scrape filter metric already registered", "err", err)
-				}
-			}
-		}
+	g, err := promreg.Register(reg, m.discovered, m.owned, m.invalid, moved, m.ringTokens, m.ownership, m.gateTimeouts)
+	if err != nil {
+		return nil, fmt.Errorf("scrape filter metrics: %w", err)
 	}
-	return m
+	m.group = g
+	return m, nil
 }
 
 func (m *metrics) setRing(s ringState) {
-	r := ringOf(s.ring)
+	r := RingOf(s.ring)
 	m.ringTokens.Set(float64(r.Tokens()))
 	switch {
 	case !s.participant:
@@ -85,9 +78,9 @@ func (m *metrics) setRing(s ringState) {
 	}
 }
 
-// ringOf is the hash ring under p: p itself, or the ring a load-aware
+// RingOf is the hash ring under p: p itself, or the ring a load-aware
 // placement places on (its Ring method); nil when there is none.
-func ringOf(p Placement) *ring.Ring {
+func RingOf(p Placement) *ring.Ring {
 	switch v := p.(type) {
 	case *ring.Ring:
 		return v

@@ -112,7 +112,7 @@ func TestKeptConfigurationIsTheOneTheClusterPlacesBy(t *testing.T) {
 		"scrape_configs:\n  - job_name: app\n    metrics_path: /z\n",
 	}
 	ho := &recordingHandoff{}
-	f := NewFilter(FilterOptions{Handoff: ho}, nil, nil, nil)
+	f := newFilter(t, FilterOptions{Handoff: ho}, nil, nil, nil)
 	var ids []uint64
 	for _, c := range cfgs {
 		cfg := loadConfig(t, c)

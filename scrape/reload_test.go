@@ -179,7 +179,7 @@ func TestReloadMovingKeyGatesNewOwner(t *testing.T) {
 
 		for _, peerFences := range []bool{true, false} {
 			ho := &configHandoff{released: id1}
-			h := startFilter(t, FilterOptions{RingCoalesce: -1, Handoff: ho, HandoffDelay: 2 * time.Second}, nil, cfg1)
+			h := startFilter(t, FilterOptions{RingCoalesce: -1, Handoff: ho}, nil, cfg1)
 			h.f.SetRing(both, "b", 1, true)
 			h.send(t, tsets{"app": {{Source: "s", Targets: []model.LabelSet{tl}}}})
 			if o, ok := readNow(t, h); !ok || count(o) != 0 {
@@ -245,7 +245,7 @@ scrape_configs:
 
 		// New owner b: peers "released" everything, still it waits the delay.
 		ho := &recordingHandoff{released: true}
-		hb := startFilter(t, FilterOptions{RingCoalesce: -1, Handoff: ho, HandoffDelay: 2 * time.Second}, nil, cfg)
+		hb := startFilter(t, FilterOptions{RingCoalesce: -1, Handoff: ho}, nil, cfg)
 		hb.f.SetRing(both, "b", 1, true)
 		hb.send(t, before)
 		if o, ok := readNow(t, hb); !ok || count(o) != 0 {
@@ -305,7 +305,7 @@ func TestReloadMovingKeyLocallyStartsAtOnce(t *testing.T) {
 		both := ring.New([]string{"a", "b"}, 0)
 		tl := movingTarget(t, both, "a", "a", keyUnder(sc1[0]), keyUnder(sc2[0]))
 		ho := &configHandoff{released: ConfigID(sc1)}
-		h := startFilter(t, FilterOptions{RingCoalesce: -1, Handoff: ho, HandoffDelay: 2 * time.Second}, nil, cfg1)
+		h := startFilter(t, FilterOptions{RingCoalesce: -1, Handoff: ho}, nil, cfg1)
 		h.f.SetRing(both, "a", 1, true)
 		h.send(t, tsets{"app": {{Source: "s", Targets: []model.LabelSet{tl}}}})
 		if o, ok := readNow(t, h); !ok || count(o) != 1 {

@@ -5,7 +5,6 @@ import (
 	"strings"
 	"testing"
 	"testing/synctest"
-	"time"
 
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/discovery/targetgroup"
@@ -171,7 +170,7 @@ func TestNodeLocalReplicaReplaced(t *testing.T) {
 		hs := map[string]*harness{}
 		for _, n := range []string{"a", "c", "b2"} {
 			hos[n] = &recordingHandoff{released: true}
-			hs[n] = startFilter(t, FilterOptions{RingCoalesce: -1, HandoffDelay: 2 * time.Second, Handoff: hos[n]}, nil, cfg)
+			hs[n] = startFilter(t, FilterOptions{RingCoalesce: -1, Handoff: hos[n]}, nil, cfg)
 			hs[n].f.SetKubeNodes(kube)
 			hs[n].f.SetRing(withoutB, n, 1, n != "b2")
 			hs[n].send(t, disc)

@@ -5,8 +5,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/prometheus/tsdb/wlog"
+
+	"github.com/shoal-dev/shoal/internal/promreg"
 )
 
 // errUnwritable is returned by Commit while the WAL cannot be written.
@@ -102,31 +103,28 @@ func (s *Storage) reopenLocked() error {
 	// wlog registers its metrics before it creates the segment and keeps
 	// them registered when that fails (no inode left): take them back, or
 	// the next attempt would panic on a duplicate registration.
-	reg := &trackingRegisterer{Registerer: s.reg}
-	if s.reg == nil {
-		reg = nil
-	}
-	w, err := wlog.NewSize(s.logger, reg.orNil(), s.dir, s.opts.SegmentSize, s.opts.Compression)
+	wlogMetrics, _ := promreg.Register(s.reg) // an empty group cannot fail
+	w, err := wlog.NewSize(s.logger, wlogMetrics.Registerer(), s.dir, s.opts.SegmentSize, s.opts.Compression)
 	if err != nil {
-		reg.unregisterAll()
+		wlogMetrics.Unregister()
 		return fmt.Errorf("opening a new segment: %w", err)
 	}
 	if damage != nil {
 		var cerr *wlog.CorruptionErr
 		if !errors.As(damage, &cerr) {
 			_ = w.Close()
-			reg.unregisterAll()
+			wlogMetrics.Unregister()
 			return damage
 		}
 		s.logger.Warn("Cutting the record torn by the failed write", "segment", cerr.Segment, "offset", cerr.Offset, "err", cerr.Err)
 		if err := w.Repair(damage); err != nil {
 			_ = w.Close()
-			reg.unregisterAll()
+			wlogMetrics.Unregister()
 			return fmt.Errorf("cutting the torn record in segment %d: %w", cerr.Segment, err)
 		}
 		if err := recordRepair(s.dir, cerr.Segment, cerr.Offset); err != nil {
 			_ = w.Close()
-			reg.unregisterAll()
+			wlogMetrics.Unregister()
 			return fmt.Errorf("recording the cut of segment %d: %w", cerr.Segment, err)
 		}
 		s.metrics.corruptionsRepaired.Inc()
@@ -153,46 +151,4 @@ func checkSegment(dir string, i int) error {
 	for r.Next() {
 	}
 	return r.Err()
-}
-
-// trackingRegisterer remembers what was registered through it, so that a
-// failed wlog.NewSize can be undone.
-type trackingRegisterer struct {
-	prometheus.Registerer
-	registered []prometheus.Collector
-}
-
-func (r *trackingRegisterer) Register(c prometheus.Collector) error {
-	if err := r.Registerer.Register(c); err != nil {
-		return err
-	}
-	r.registered = append(r.registered, c)
-	return nil
-}
-
-func (r *trackingRegisterer) MustRegister(cs ...prometheus.Collector) {
-	for _, c := range cs {
-		if err := r.Register(c); err != nil {
-			panic(err)
-		}
-	}
-}
-
-// orNil is r as a Registerer, or a nil interface when r is nil (no metrics).
-func (r *trackingRegisterer) orNil() prometheus.Registerer {
-	if r == nil {
-		return nil
-	}
-	return r
-}
-
-// unregisterAll unregisters everything registered through r (nil: nothing).
-func (r *trackingRegisterer) unregisterAll() {
-	if r == nil {
-		return
-	}
-	for _, c := range r.registered {
-		r.Registerer.Unregister(c)
-	}
-	r.registered = nil
 }

@@ -7,11 +7,8 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
-
-	"github.com/cespare/xxhash/v2"
 
 	"github.com/shoal-dev/shoal/ring"
 	shoalscrape "github.com/shoal-dev/shoal/scrape"
@@ -143,9 +140,9 @@ func (h *Handler) explain(ctx context.Context, job, target string) ExplainData {
 // maxWalk bounds the tokens listed in an explanation's walk.
 const maxWalk = 64
 
-// explainKey walks the ring from the target's key. The tokens are derived
-// as the ring package documents (token i of node n is xxhash64(n, 0, i)),
-// and the result is checked against the owners the filter uses.
+// explainKey walks the ring from the target's key (the walk ring.Owners
+// makes, as ring.Walk lists it) and checks the result against the owners
+// the filter uses.
 func explainKey(r *ring.Ring, ti shoalscrape.TargetInfo) Explanation {
 	ex := Explanation{
 		Job: ti.Job, ScrapeURL: ti.ScrapeURL, Key: fmt.Sprintf("%016x", ti.Key), Position: position(ti.Key),
@@ -163,50 +160,15 @@ func explainKey(r *ring.Ring, ti shoalscrape.TargetInfo) Explanation {
 		ex.Note = ti.DropReason
 		return ex
 	}
-	type tok struct {
-		t    uint64
-		node string
-	}
-	toks := make([]tok, 0, r.Tokens())
-	var buf []byte
-	for _, n := range r.Nodes() {
-		buf = append(append(buf[:0], n...), 0)
-		prefix := len(buf)
-		for i := range r.TokensPerNode() {
-			buf = strconv.AppendInt(buf[:prefix], int64(i), 10)
-			toks = append(toks, tok{xxhash.Sum64(buf), n})
-		}
-	}
-	slices.SortFunc(toks, func(a, b tok) int {
-		switch {
-		case a.t < b.t:
-			return -1
-		case a.t > b.t:
-			return 1
-		}
-		return strings.Compare(a.node, b.node)
-	})
-	start, _ := slices.BinarySearchFunc(toks, ti.Key, func(e tok, k uint64) int {
-		switch {
-		case e.t < k:
-			return -1
-		case e.t > k:
-			return 1
-		}
-		return 0
-	})
-	if start == len(toks) {
-		start = 0
-	}
-	prev := toks[(start-1+len(toks))%len(toks)]
-	ex.Previous = &RingToken{Token: fmt.Sprintf("%016x", prev.t), Position: position(prev.t), Node: prev.node}
 	want := min(ex.ReplicationFactor, r.Len())
+	prev, walk := r.Walk(ti.Key, want)
+	before := ringToken(prev)
+	ex.Previous = &before
 	var walked []string
-	for i := 0; i < len(toks) && len(walked) < want; i++ {
-		t := toks[(start+i)%len(toks)]
-		rt := RingToken{Token: fmt.Sprintf("%016x", t.t), Position: position(t.t), Node: t.node}
-		if !slices.Contains(walked, t.node) {
-			walked = append(walked, t.node)
+	for _, t := range walk {
+		rt := ringToken(t)
+		if !slices.Contains(walked, t.Node) {
+			walked = append(walked, t.Node)
 			rt.NewOwner = true
 		}
 		if len(ex.Walk) < maxWalk || rt.NewOwner {
@@ -232,6 +194,10 @@ func explainKey(r *ring.Ring, ti shoalscrape.TargetInfo) Explanation {
 			strings.Join(ti.Owners, ", "), strings.Join(walked, ", "))
 	}
 	return ex
+}
+
+func ringToken(t ring.Token) RingToken {
+	return RingToken{Token: fmt.Sprintf("%016x", t.Value), Position: position(t.Value), Node: t.Node}
 }
 
 func position(k uint64) float64 { return float64(k) / (float64(math.MaxUint64) + 1) }

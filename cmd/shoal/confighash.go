@@ -3,8 +3,6 @@ package main
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
-	"log/slog"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/prometheus/config"
@@ -21,12 +19,7 @@ const configHashName = "shoal_config_hash"
 // configuration with secrets masked (Prometheus' own marshalling) and the
 // scrape configs read from scrape_config_files, so that formatting and
 // comments do not count as drift and no secret can be guessed from it.
-func setConfigHash(reg prometheus.Registerer, logger *slog.Logger, cfg *config.Config) {
-	g, err := configHashGauge(reg)
-	if err != nil {
-		logger.Error("Cannot register the configuration hash metric", "metric", configHashName, "err", err)
-		return
-	}
+func setConfigHash(g *prometheus.GaugeVec, cfg *config.Config) {
 	g.Reset()
 	g.WithLabelValues(configHash(cfg)).Set(1)
 }
@@ -49,22 +42,10 @@ func configHash(cfg *config.Config) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// configHashGauge registers the gauge on first use, and finds it on the
-// registry afterwards, so that the agent needs no field for it.
-func configHashGauge(reg prometheus.Registerer) (*prometheus.GaugeVec, error) {
-	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+// newConfigHashGauge is shoal_config_hash, for setConfigHash.
+func newConfigHashGauge() *prometheus.GaugeVec {
+	return prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: configHashName,
 		Help: "1 for the SHA-256 of the configuration in force (secrets masked); nodes of one cluster should all show the same hash.",
 	}, []string{"sha256"})
-	err := reg.Register(g)
-	if err == nil {
-		return g, nil
-	}
-	var are prometheus.AlreadyRegisteredError
-	if errors.As(err, &are) {
-		if existing, ok := are.ExistingCollector.(*prometheus.GaugeVec); ok {
-			return existing, nil
-		}
-	}
-	return nil, err
 }

@@ -22,8 +22,10 @@ func TestConfigHash(t *testing.T) {
 			t.Fatal(err)
 		}
 		reg := prometheus.NewRegistry()
-		setConfigHash(reg, logger, cfg)
-		setConfigHash(reg, logger, cfg) // a reload of the same file keeps one series
+		g := newConfigHashGauge()
+		reg.MustRegister(g)
+		setConfigHash(g, cfg)
+		setConfigHash(g, cfg) // a reload of the same file keeps one series
 		mfs, err := reg.Gather()
 		if err != nil {
 			t.Fatal(err)

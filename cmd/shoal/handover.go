@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/shoal-dev/shoal/handover"
+	"github.com/shoal-dev/shoal/internal/promreg"
 	"github.com/shoal-dev/shoal/placement"
 	"github.com/shoal-dev/shoal/remotewrite"
 	"github.com/shoal-dev/shoal/web"
@@ -82,7 +83,7 @@ func registerUtilization(reg prometheus.Registerer, capacity float64, rate func(
 		Name: "shoal_replica_utilization_ratio",
 		Help: "Samples appended per second (over about 30s) divided by --cluster.capacity.samples-per-second: how full this replica is. An autoscaler keeps its average near a target below 1.",
 	}, func() float64 { return rate() / capacity })
-	if err := reg.Register(g); err != nil {
+	if _, err := promreg.Register(reg, g); err != nil {
 		return fmt.Errorf("registering shoal_replica_utilization_ratio: %w", err)
 	}
 	return nil

@@ -36,6 +36,7 @@ import (
 	"github.com/shoal-dev/shoal/cluster"
 	"github.com/shoal-dev/shoal/discoveryerr"
 	"github.com/shoal-dev/shoal/handover"
+	"github.com/shoal-dev/shoal/internal/promreg"
 	"github.com/shoal-dev/shoal/monitors"
 	"github.com/shoal-dev/shoal/placement"
 	"github.com/shoal-dev/shoal/remotewrite"
@@ -80,6 +81,7 @@ type agent struct {
 	reloadSuccess     prometheus.Gauge
 	reloadSuccessTime prometheus.Gauge
 	reloadFailures    prometheus.Counter
+	configHash        *prometheus.GaugeVec // shoal_config_hash
 
 	replaying atomic.Pointer[string] // "segment k of n" while the WAL replays
 
@@ -101,11 +103,6 @@ func runAgent(ctx context.Context, f *flags, reg *prometheus.Registry) error {
 	logger.Info("Starting shoal", "version", version.Info(), "build_context", version.BuildContext())
 	applyMemoryLimit(f.autoMemLimit, f.autoMemLimitRatio, logger)
 
-	reg.MustRegister(
-		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		versioncollector.NewCollector("shoal"),
-	)
 	a := &agent{f: f, logger: logger, reg: reg}
 	routeClientGoLogs(logger, &a.targetDiscErrs)
 	a.reloadSuccess = prometheus.NewGauge(prometheus.GaugeOpts{
@@ -117,7 +114,17 @@ func runAgent(ctx context.Context, f *flags, reg *prometheus.Registry) error {
 	a.reloadFailures = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "shoal_config_reload_failures_total", Help: "Configuration reloads refused (SIGHUP or POST /-/reload); the previous configuration stayed in force.",
 	})
-	reg.MustRegister(a.reloadSuccess, a.reloadSuccessTime, a.reloadFailures)
+	a.configHash = newConfigHashGauge()
+	own, err := promreg.Register(reg,
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		versioncollector.NewCollector("shoal"),
+		a.reloadSuccess, a.reloadSuccessTime, a.reloadFailures, a.configHash,
+	)
+	if err != nil {
+		return fmt.Errorf("registering the agent's metrics: %w", err)
+	}
+	defer own.Unregister()
 
 	// A config that does not load is fatal at start: there is nothing to run.
 	cfg, rwOpts, err := loadConfigWithOptions(f.configFile, logger)
@@ -279,19 +286,15 @@ func runAgent(ctx context.Context, f *flags, reg *prometheus.Registry) error {
 		return errors.New("creating the discovery manager failed")
 	}
 
-	handoff := f.handoffDelay
-	if handoff == 0 {
-		handoff = -1 // the filter reads zero as "default"; the flag's 0 means "no delay"
-	}
 	// A short coalescing window: a ring change is on the hand-off's critical
 	// path (a lost target is fenced, a gained one started, only after it).
-	filterOpts := shoalscrape.FilterOptions{HandoffDelay: handoff, ReplicaLabel: f.replicaLabel, RingCoalesce: 25 * time.Millisecond}
+	filterOpts := shoalscrape.FilterOptions{ReplicaLabel: f.replicaLabel, RingCoalesce: 25 * time.Millisecond}
 	if a.node != nil {
 		a.placement, err = placement.New(placement.Options{
 			NodeName:          f.nodeName,
 			Tokens:            f.tokens,
 			ReplicationFactor: f.replicationFactor,
-			HandoffDelay:      f.handoffDelay, // 0 (no gate wait): holds still wait the default for next fences
+			HandoffDelay:      f.handoffDelay,
 			HandoffTimeout:    f.handoffTimeout,
 			TerminateGrace:    f.terminateGraceDeadline,
 			Placement:         f.placement,
@@ -308,7 +311,11 @@ func runAgent(ctx context.Context, f *flags, reg *prometheus.Registry) error {
 			fence.SetMeter(a.placement)
 		}
 	}
-	a.filter = shoalscrape.NewFilter(filterOpts, a.scrape, logger.With("component", "ownership"), reg)
+	if a.filter, err = shoalscrape.NewFilter(filterOpts, a.scrape, logger.With("component", "ownership"), reg); err != nil {
+		discoveryCancel()
+		return err
+	}
+	defer a.filter.Close()
 	if a.node != nil {
 		// Until the ring is known this node owns nothing; without this call the
 		// filter would behave as a single agent and scrape everything.
@@ -757,7 +764,7 @@ func (a *agent) applyConfig(cfg *config.Config, rwOpts map[string]remotewrite.Qu
 		errs = append(errs, fmt.Errorf("discovery: %w", err))
 	}
 	if len(errs) == 0 {
-		setConfigHash(a.reg, a.logger, cfg)
+		setConfigHash(a.configHash, cfg)
 	}
 	return errors.Join(errs...)
 }

@@ -5,7 +5,11 @@
 // written once.
 package promreg
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"slices"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // Group is a set of collectors registered together. The zero value (and a
 // nil *Group) is an empty group: Unregister does nothing.
@@ -50,4 +54,30 @@ func (g *Group) Unregister() {
 		g.reg.Unregister(c)
 	}
 	g.registered = nil
+}
+
+// Registerer returns a Registerer whose registrations join the group, for a
+// library that registers its own metrics (Prometheus' wlog): Unregister
+// then takes those back too. It is a nil interface, as libraries expect for
+// "no metrics", when the group has no registry.
+func (g *Group) Registerer() prometheus.Registerer {
+	if g == nil || g.reg == nil {
+		return nil
+	}
+	return groupRegisterer{g}
+}
+
+type groupRegisterer struct{ g *Group }
+
+func (r groupRegisterer) Register(c prometheus.Collector) error { return r.g.Add(c) }
+
+func (r groupRegisterer) MustRegister(cs ...prometheus.Collector) {
+	if err := r.g.Add(cs...); err != nil {
+		panic(err)
+	}
+}
+
+func (r groupRegisterer) Unregister(c prometheus.Collector) bool {
+	r.g.registered = slices.DeleteFunc(r.g.registered, func(x prometheus.Collector) bool { return x == c })
+	return r.g.reg.Unregister(c)
 }

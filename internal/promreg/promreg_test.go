@@ -53,3 +53,43 @@ func TestRegisterAllOrNone(t *testing.T) {
 		t.Fatalf("Register(nil) = %v, %v; want an empty group", g, err)
 	}
 }
+
+// What a library registers through the group's Registerer is the group's:
+// a duplicate fails without leaving the library's other metrics behind,
+// and Unregister takes back what the library registered.
+func TestRegistererJoinsTheGroup(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	if _, err := Register(reg, counter("taken")); err != nil {
+		t.Fatal(err)
+	}
+	g, err := Register(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lib := g.Registerer()
+	lib.MustRegister(counter("lib_a"), counter("lib_b"))
+	if got := families(t, reg); got != 3 {
+		t.Fatalf("%d metric families, want 3", got)
+	}
+	if !lib.Unregister(counter("lib_b")) || families(t, reg) != 2 {
+		t.Fatal("the library's own Unregister did not remove lib_b")
+	}
+	if err := lib.Register(counter("taken")); err == nil {
+		t.Fatal("the library registered a duplicate name")
+	}
+	if got := families(t, reg); got != 1 {
+		t.Fatalf("%d metric families after the library's failed registration, want 1 (only the other group's)", got)
+	}
+	lib.MustRegister(counter("lib_a"))
+	g.Unregister()
+	if got := families(t, reg); got != 1 {
+		t.Fatalf("%d metric families after Unregister, want 1", got)
+	}
+	var none *Group
+	if none.Registerer() != nil {
+		t.Fatal("a nil group's Registerer is not a nil interface")
+	}
+	if g, _ := Register(nil); g.Registerer() != nil {
+		t.Fatal("a group without registry has a Registerer")
+	}
+}
