@@ -285,6 +285,9 @@ func (a *agent) start() {
 	fmt.Fprintf(logf, "=== e2e %s: starting %s %s\n", time.Now().Format(time.RFC3339Nano), shoalBin, strings.Join(args, " "))
 	cmd := exec.Command(shoalBin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
+	// A test binary killed from outside (a timeout, Ctrl-C) leaves no shoal
+	// behind to scrape loopback ports later tests reuse.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		a.t.Fatalf("%s: starting shoal: %v", a.spec.name, err)
