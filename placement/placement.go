@@ -54,6 +54,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/shoal-dev/shoal/cluster"
+	"github.com/shoal-dev/shoal/placement/gate"
 	"github.com/shoal-dev/shoal/ring"
 	"github.com/shoal-dev/shoal/scrape"
 	"github.com/shoal-dev/shoal/wal"
@@ -208,7 +209,8 @@ type Coordinator struct {
 	metrics *metrics
 	kick    chan struct{}
 	now     func() time.Time
-	weigher *weigher // nil in ModeRing
+	weigher *weigher   // nil in ModeRing
+	gate    *gate.Gate // holds gained targets back (Admit)
 
 	// publishMu orders watermark publications: each re-reads the latest
 	// watermarks under mu, so an older copy never overwrites a newer one.
@@ -288,7 +290,13 @@ func New(opts Options, cl Cluster, fence Fencer, w WAL, remote Remote, logger *s
 	if err != nil {
 		return nil, err
 	}
+	g, err := gate.New(opts.HandoffDelay, logger, reg)
+	if err != nil {
+		m.group.Unregister()
+		return nil, err
+	}
 	c := &Coordinator{
+		gate:    g,
 		opts:    opts,
 		cl:      cl,
 		fence:   fence,
@@ -331,7 +339,10 @@ func (c *Coordinator) holdForCarried(ds []Departed) {
 }
 
 // Close unregisters the metrics.
-func (c *Coordinator) Close() { c.metrics.group.Unregister() }
+func (c *Coordinator) Close() {
+	c.metrics.group.Unregister()
+	c.gate.Close()
+}
 
 // SetFilter gives the Coordinator the filter it drives. Until then, and
 // until Run runs, no ring is handed out.
@@ -741,9 +752,25 @@ func (c *Coordinator) watermarksLocked() cluster.Watermarks {
 	return cluster.Watermarks{FencedSeq: c.fencedSeq, FencedRing: c.fencedRing, AckedSeq: c.ackedSeq, FencedPlacement: c.fencedGen}
 }
 
-// Released implements scrape.Handoff: every live peer that may scrape has
-// fenced r under the same scrape configuration. Dead or left nodes are not
-// waited for.
+// Admit implements scrape.Handoff: the gate decides which gained targets
+// start, asking Released and Contested of the view r and config.
+func (c *Coordinator) Admit(now time.Time, r scrape.Placement, config uint64, cands []gate.Candidate) gate.Admission {
+	return c.gate.Admit(now, config, cands, viewPeers{c: c, r: r, config: config})
+}
+
+// viewPeers answers the gate's questions for one view.
+type viewPeers struct {
+	c      *Coordinator
+	r      scrape.Placement
+	config uint64
+}
+
+func (v viewPeers) Released() bool  { return v.c.Released(v.r, v.config) }
+func (v viewPeers) Contested() bool { return v.c.Contested(v.r, v.config) }
+
+// Released reports whether every live peer that may scrape has fenced r
+// under the same scrape configuration (the gate's release). Dead or left
+// nodes are not waited for.
 func (c *Coordinator) Released(r scrape.Placement, config uint64) bool {
 	id, old := ViewID(r, config), RingID(r)
 	for _, p := range c.peersToWaitFor() {
@@ -754,10 +781,10 @@ func (c *Coordinator) Released(r scrape.Placement, config uint64) bool {
 	return true
 }
 
-// Delay implements scrape.Handoff: --cluster.handoff-delay.
-func (c *Coordinator) Delay() time.Duration { return c.opts.HandoffDelay }
+// Delay is --cluster.handoff-delay, the gate's bound.
+func (c *Coordinator) Delay() time.Duration { return c.gate.Delay() }
 
-// Contested implements scrape.Handoff: whether targets gained under r that
+// Contested reports (for the gate) whether targets gained under r that
 // waited out the hand-off delay without Released must wait on, because a
 // peer that takes part (participant or terminating) announces a last fence
 // of another placement generation. Under its placement that peer may own

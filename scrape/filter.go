@@ -21,6 +21,8 @@ import (
 	"github.com/prometheus/prometheus/discovery/targetgroup"
 	"github.com/prometheus/prometheus/model/labels"
 	promscrape "github.com/prometheus/prometheus/scrape"
+
+	"github.com/shoal-dev/shoal/placement/gate"
 )
 
 // DefaultRingCoalesce is FilterOptions.RingCoalesce's default.
@@ -49,9 +51,9 @@ const ReasonNotPlaced = "not in the configuration the cluster places by yet"
 // field takes the documented default.
 type FilterOptions struct {
 	// Handoff, when set, orders hand-offs: lost targets are fenced before
-	// anything else happens, and gained ones wait until Handoff.Released
-	// (or Handoff.Delay). Every target passed on then carries UnitLabel.
-	// Without it (clustering disabled) nothing is ever held back.
+	// anything else happens, and gained ones start when Handoff.Admit says
+	// so. Every target passed on then carries UnitLabel. Without it
+	// (clustering disabled) nothing is ever held back.
 	Handoff Handoff
 
 	// ReplicaLabel, with a replication factor above 1, is the target label
@@ -109,33 +111,28 @@ func isNil(p Placement) bool {
 }
 
 // Handoff is what the Filter needs to hand targets over in order. The
-// placement package implements it. Every change of the Placement (a
+// placement package implements it: it owns every decision of the hand-off
+// (when a gained target starts, the fences, the holds, the configuration
+// the cluster places by); the Filter computes the candidates, applies the
+// answers and reports what it did. Every change of the Placement (a
 // membership change, or with load-aware placement a weight change) is a new
 // generation that is fenced and released as a whole.
 type Handoff interface {
+	// Admit decides which of the gained candidates (keys this node owns
+	// under r and the scrape configuration config, ConfigID, and does not
+	// scrape at that rank yet) start now; the others wait. The Filter asks
+	// again at the answer's Next, and when Recheck is called: the Handoff
+	// must call Recheck when its answer may change. Each call replaces the
+	// set of waiting candidates.
+	Admit(now time.Time, r Placement, config uint64, cands []gate.Candidate) gate.Admission
 	// Fence makes sure this node appends nothing more of units; it returns
 	// once appends already under way are done.
 	Fence(ctx context.Context, units []Unit) error
 	// Fenced is called after every re-filter: every unit this node does not
-	// own under r and the scrape configuration config (ConfigID; with
-	// participant as given) is fenced now.
+	// own under r and config (with participant as given) is fenced now.
 	Fenced(r Placement, config uint64, participant bool)
-	// Released reports whether every peer that may still scrape a target
-	// gained under r and config has fenced them, so that this node may
-	// start. A reload that changes a target's URL moves its key: the peers
-	// must have applied the same configuration too.
-	Released(r Placement, config uint64) bool
-	// Delay bounds how long a gained target waits for Released
-	// (--cluster.handoff-delay); the Handoff owns its default.
-	Delay() time.Duration
-	// Contested reports whether targets gained under r and config that have
-	// waited out Delay without Released must wait on:
-	// a peer may still be scraping them. They start when Released or when
-	// Contested turns false; the Filter asks again after Recheck, so the
-	// Handoff must call Recheck when its answer may change.
-	Contested(r Placement, config uint64) bool
 	// Activate is called with the units about to be passed on to the scrape
-	// manager for the first time (gained, or gained back) under r and
+	// manager for the first time (admitted, or gained back) under r and
 	// config: they must be un-fenced, and their first samples ordered after
 	// the previous owners'. It is called before Fenced of the same re-filter.
 	Activate(r Placement, config uint64, units []Unit)
@@ -184,18 +181,18 @@ type Filter struct {
 	recheck    chan struct{} // Recheck was called
 	work       *handoffWork  // hand-off steps of the last re-filters, for Run
 
-	mu         sync.Mutex
-	cfgs       map[string]*config.ScrapeConfig
-	cfgID      uint64 // ConfigID of cfgs
-	appliedCfg uint64 // the view's configuration (viewConfig) at the last re-filter
-	jobs       map[string]*jobState
-	latest     ringState // as last given to SetRing
-	applied    ringState // as used by the last re-filter
+	mu      sync.Mutex
+	cfgs    map[string]*config.ScrapeConfig
+	cfgID   uint64 // ConfigID of cfgs
+	jobs    map[string]*jobState
+	latest  ringState // as last given to SetRing
+	applied ringState // as used by the last re-filter
 	// owned are the keys passed on to the scrape manager; waiting are keys
-	// gained by a ring change and held back until the given time; known are
-	// the keys of every valid discovered target at the last re-filter.
+	// gained and held back by the Handoff's gate at the last re-filter;
+	// known are the keys of every valid discovered target at the last
+	// re-filter.
 	owned   map[uint64]int // key -> rank
-	waiting map[uint64]waitEntry
+	waiting map[uint64]struct{}
 	known   map[uint64]struct{}
 	// series maps the series identity (seriesID) of every known target to
 	// its key, and ownedSeries the owned keys to theirs: a key that goes
@@ -216,15 +213,6 @@ type Filter struct {
 	prevCfgs map[string]*config.ScrapeConfig
 	prevID   uint64
 	keyedBy  uint64
-}
-
-type waitEntry struct {
-	due  time.Time
-	rank int
-	// fixed: only due ends the wait. A target whose key moved without a
-	// configuration change (discovery changed its URL) cannot be released
-	// by the peers' fences, which say nothing about discovery.
-	fixed bool
 }
 
 type ringState struct {
@@ -309,7 +297,7 @@ func NewFilter(opts FilterOptions, mgr ScrapeManager, logger *slog.Logger, reg p
 		jobs:        map[string]*jobState{},
 		latest:      ringState{rf: 1, participant: true},
 		owned:       map[uint64]int{},
-		waiting:     map[uint64]waitEntry{},
+		waiting:     map[uint64]struct{}{},
 		known:       map[uint64]struct{}{},
 		series:      map[uint64]uint64{},
 		ownedSeries: map[uint64]uint64{},
@@ -608,309 +596,6 @@ func placeKey(lb *labels.Builder, place *config.ScrapeConfig, tl, gl model.Label
 		return 0, ReasonNotPlaced
 	}
 	return key, ""
-}
-
-// refilter recomputes ownership at time now. It returns the groups to pass
-// on, whether they differ from the last ones, and when the next held-back
-// target becomes due (zero if none). Targets that moved away are handed off
-// to the scrape manager before it returns.
-func (f *Filter) refilter(now time.Time) (out map[string][]*targetgroup.Group, changed bool, next time.Time) {
-	f.mu.Lock()
-	f.refilters++
-	prev, cur := f.applied, f.latest
-	ringChanged := prev != cur
-	placeCfgs, placeID := f.placingLocked(cur)
-	dropped := f.dropPrevLocked(cur)
-	if placeID != f.keyedBy {
-		// The cluster switched configurations: every key is recomputed.
-		for _, js := range f.jobs {
-			js.dirty = true
-		}
-		f.keyedBy = placeID
-	}
-	cfgID := viewConfig(cur, placeID)
-	cfgChanged := cfgID != f.appliedCfg
-	changed = f.resend
-	f.resend = false
-	lb := labels.NewBuilder(labels.EmptyLabels())
-	for job, js := range f.jobs {
-		cfg := f.cfgs[job]
-		if cfg == nil || !js.dirty {
-			continue
-		}
-		changed = true
-		place := cfg
-		if placeID != f.cfgID {
-			place = placeCfgs[job]
-		}
-		invalid, err := computeEntries(js, cfg, place, lb)
-		f.metrics.invalid.WithLabelValues(job).Set(float64(invalid))
-		if invalid > 0 {
-			f.logger.Warn("Ignoring invalid targets", "job", job, "count", invalid, "first_err", err)
-		}
-	}
-
-	// The set of valid keys changes only with discovery or configuration;
-	// a ring change alone reuses it.
-	rebuildKnown := changed
-	var (
-		buf         = make([]string, 0, max(cur.rf, prev.rf))
-		known       = f.known
-		series      = f.series
-		owned       = make(map[uint64]int, len(f.owned))
-		ownedSeries = make(map[uint64]uint64, len(f.owned))
-		ownedURL    = make(map[uint64]string, len(f.owned))
-		rescraped   map[uint64]struct{}
-		waiting     = map[uint64]waitEntry{}
-		movedIn     int
-		ownedByJob  = map[string]int{}
-		h           = f.opts.Handoff
-		delay       time.Duration // h's; nothing waits without h
-		activated   []Unit
-		released    *bool // Handoff.Released(cur.ring), asked once when needed
-		contested   *bool // Handoff.Contested(cur.ring), likewise
-		timedOut    int
-	)
-	if h != nil {
-		delay = h.Delay()
-	}
-	isReleased := func() bool {
-		if released == nil {
-			r := h.Released(cur.ring, cfgID)
-			released = &r
-		}
-		return *released
-	}
-	isContested := func() bool {
-		if contested == nil {
-			c := h.Contested(cur.ring, cfgID)
-			contested = &c
-		}
-		return *contested
-	}
-	if rebuildKnown {
-		known = make(map[uint64]struct{}, len(f.known))
-		series = make(map[uint64]uint64, len(f.series))
-		for job, js := range f.jobs {
-			if f.cfgs[job] == nil {
-				continue
-			}
-			for _, e := range js.entries {
-				if e.reason != "" {
-					continue
-				}
-				known[e.key] = struct{}{}
-				if _, dup := series[e.series]; !dup {
-					series[e.series] = e.key
-				}
-			}
-		}
-	}
-	// movedFrom reports whether the series of e was known before under
-	// another key, now gone (a reload or relabelling changed the target's
-	// URL), and whether a peer may still be scraping it under that key: then
-	// it is a hand-off like any other.
-	movedFrom := func(e entry) (moved, byOther bool) {
-		old, ok := f.series[e.series]
-		if !ok || old == e.key {
-			return false, false
-		}
-		if _, still := known[old]; still {
-			return false, false
-		}
-		return true, prev.ownedByOther(entry{key: old}, buf)
-	}
-	out = make(map[string][]*targetgroup.Group, len(f.jobs))
-	for job, js := range f.jobs {
-		if f.cfgs[job] == nil {
-			continue
-		}
-		discovered := 0
-		for _, g := range js.groups {
-			if g != nil {
-				discovered += len(g.Targets)
-			}
-		}
-		f.metrics.discovered.WithLabelValues(job).Set(float64(discovered))
-
-		filtered := make([]*targetgroup.Group, len(js.groups))
-		for gi, g := range js.groups {
-			if g == nil {
-				filtered[gi] = &targetgroup.Group{}
-				continue
-			}
-			filtered[gi] = &targetgroup.Group{Source: g.Source, Labels: g.Labels}
-		}
-		for _, e := range js.entries {
-			if e.reason != "" {
-				continue
-			}
-			// A key seen before in this pass (a duplicate target) was
-			// already decided.
-			_, active := owned[e.key]
-			_, held := waiting[e.key]
-			if rank, mine := cur.rankOf(e, buf); !active && !held && mine {
-				oldRank, wasOwned := f.owned[e.key]
-				w, wasWaiting := f.waiting[e.key]
-				wasWaiting = wasWaiting && w.rank == rank
-				_, wasKnown := f.known[e.key]
-				var moved, movedByOther bool
-				if !wasKnown && !wasOwned && !wasWaiting {
-					moved, movedByOther = movedFrom(e)
-				}
-				gained := false
-				// Only a Handoff makes a target wait: wasWaiting implies h != nil.
-				switch {
-				case wasOwned && oldRank == rank:
-					active = true
-				case wasWaiting && !w.fixed && isReleased():
-					active, gained = true, true
-				case wasWaiting && !now.Before(w.due) && !w.fixed && isContested():
-					waiting[e.key] = w // until Released or uncontested (Recheck)
-				case wasWaiting && !now.Before(w.due):
-					active, gained = true, true
-					timedOut++
-				case wasWaiting:
-					waiting[e.key] = w
-				case moved && movedByOther && h != nil:
-					// With a new configuration the peers' fences of it
-					// release the target; a key moved by discovery alone
-					// waits the whole delay.
-					waiting[e.key] = waitEntry{due: now.Add(delay), rank: rank, fixed: !cfgChanged}
-				case moved && !movedByOther && prev.participant:
-					// This node alone scraped it under its old key.
-					active = true
-				case h != nil && !isReleased():
-					// A peer may still be scraping it: wait until every
-					// peer has fenced this ring, or the delay.
-					waiting[e.key] = waitEntry{due: now.Add(delay), rank: rank}
-				default:
-					// Nobody else can be scraping it.
-					active = true
-					gained = wasKnown
-				}
-				if active {
-					owned[e.key] = rank
-					ownedSeries[e.key] = e.series
-					ownedURL[e.key] = e.url
-					if wasOwned && oldRank == rank && f.ownedURL[e.key] != e.url && f.ownedSeries[e.key] == e.series {
-						// Kept under a new URL: the scrape manager replaces
-						// the loop, and the new one continues the series.
-						if rescraped == nil {
-							rescraped = map[uint64]struct{}{}
-						}
-						rescraped[e.key] = struct{}{}
-					}
-					ownedByJob[job]++
-					if gained {
-						movedIn++
-					}
-					if h != nil && !(wasOwned && oldRank == rank) {
-						activated = append(activated, Unit{Key: e.key, Rank: rank})
-					}
-				}
-			}
-			if active {
-				g := filtered[e.group]
-				tl := js.groups[e.group].Targets[e.index]
-				if h != nil {
-					replica := ""
-					if e.mode == modeAll && cur.ring != nil {
-						replica = cur.self
-					}
-					tl = f.decorate(tl, Unit{Key: e.key, Rank: owned[e.key]}, cur.rf, replica)
-				}
-				g.Targets = append(g.Targets, tl)
-			}
-		}
-		out[job] = filtered
-		f.metrics.owned.WithLabelValues(job).Set(float64(ownedByJob[job]))
-	}
-
-	// Targets we scraped and that are still discovered but no longer ours
-	// are hand-offs; the rest simply went away.
-	var (
-		handoff map[uint64]struct{}
-		lost    []Unit
-	)
-	for k, r := range f.owned {
-		if nr, still := owned[k]; still && nr == r {
-			continue
-		}
-		changed = true
-		_, stillKnown := known[k]
-		// A key that went away while its series is still discovered under
-		// another key moved: it is handed off, not stopped.
-		s, hadSeries := f.ownedSeries[k]
-		nk, seriesKnown := series[s]
-		if stillKnown || (hadSeries && seriesKnown && nk != k) {
-			if handoff == nil {
-				handoff = map[uint64]struct{}{}
-			}
-			handoff[k] = struct{}{}
-			lost = append(lost, Unit{Key: k, Rank: r})
-		}
-	}
-	if movedIn > 0 || len(owned) != len(f.owned) {
-		changed = true
-	}
-	for _, w := range waiting {
-		// A contested target past its due waits for Recheck, not a timer.
-		if w.due.After(now) && (next.IsZero() || w.due.Before(next)) {
-			next = w.due
-		}
-	}
-	f.owned, f.waiting, f.known, f.applied = owned, waiting, known, cur
-	f.series, f.ownedSeries, f.ownedURL, f.appliedCfg = series, ownedSeries, ownedURL, cfgID
-	mgr := f.mgr
-	curID := f.cfgID
-	f.mu.Unlock()
-	if dropped && h != nil {
-		h.Configured(curID, 0)
-	}
-
-	if h != nil {
-		f.mu.Lock()
-		if f.work == nil {
-			f.work = &handoffWork{}
-		}
-		f.work.lost = append(f.work.lost, lost...)
-		f.work.activated = append(f.work.activated, activated...)
-		f.work.ring, f.work.config, f.work.participant = cur.ring, cfgID, cur.participant
-		f.mu.Unlock()
-		if timedOut > 0 {
-			f.metrics.gateTimeouts.Add(float64(timedOut))
-			f.logger.Warn("Started gained targets after --cluster.handoff-delay without every peer having fenced them",
-				"targets", timedOut, "delay", delay)
-		}
-	}
-
-	if ringChanged {
-		f.metrics.setRing(cur)
-	}
-
-	if len(handoff)+len(rescraped) > 0 && mgr != nil {
-		if handoff == nil {
-			handoff = map[uint64]struct{}{}
-		}
-		maps.Copy(handoff, rescraped)
-		f.disableStaleness(mgr, handoff)
-		for k := range rescraped {
-			delete(handoff, k)
-		}
-	}
-	f.metrics.movedIn.Add(float64(movedIn))
-	f.metrics.movedOut.Add(float64(len(handoff)))
-	if movedIn > 0 || len(handoff) > 0 {
-		f.logger.Info("Ring change moved targets",
-			"moved_in", movedIn, "moved_out", len(handoff), "waiting_for_handoff", len(waiting),
-			"owned", len(owned), "discovered", len(known), "ring_nodes", ringLen(cur.ring),
-			"participant", cur.participant)
-	} else if len(waiting) > 0 && ringChanged {
-		f.logger.Info("Ring change: holding gained targets back for hand-off",
-			"waiting_for_handoff", len(waiting), "delay", delay)
-	}
-	return out, changed, next
 }
 
 // dropPrevLocked forgets the kept configuration once the cluster places by
