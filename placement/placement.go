@@ -91,19 +91,6 @@ type Cluster interface {
 	WaitReady(ctx context.Context) error
 }
 
-// Filter is the ownership filter (*scrape.Filter).
-type Filter interface {
-	SetRing(r scrape.Placement, self string, replicationFactor int, participant bool)
-	// SetKubeNodes gives the participants' Kubernetes node names, for
-	// node-local targets; it is called before SetRing when they change.
-	SetKubeNodes(byPeer map[string]string)
-	// SetPlacementConfig gives the ConfigID of the scrape configuration
-	// the cluster places targets by (config.go); it is called before
-	// SetRing when it changes.
-	SetPlacementConfig(id uint64)
-	Recheck()
-}
-
 // Fencer stops and restarts appends of hand-off units (*scrape.Fence).
 type Fencer interface {
 	Fence(ctx context.Context, units []scrape.Unit) error
@@ -198,7 +185,7 @@ func (o Options) withDefaults() Options {
 }
 
 // Coordinator follows the cluster and orders hand-offs. Create it with New,
-// give it the filter with SetFilter, and run Run.
+// give it to the ownership filter as its scrape.Handoff, and run Run.
 type Coordinator struct {
 	opts    Options
 	cl      Cluster
@@ -216,8 +203,13 @@ type Coordinator struct {
 	// watermarks under mu, so an older copy never overwrites a newer one.
 	publishMu sync.Mutex
 
+	// changes is scrape.Handoff's Changes: signalled when the view or the
+	// gate's answers may have changed.
+	changes chan struct{}
+
 	mu          sync.Mutex
-	filter      Filter
+	view        scrape.View // what the filter places by (View), of generation viewGen
+	viewGen     uint64
 	ring        scrape.Placement
 	ringKey     string // participants, self state and weights of ring, to skip no-op updates
 	publishDue  bool   // ModeBounded: apply the WeightPolicy at the next update
@@ -305,6 +297,7 @@ func New(opts Options, cl Cluster, fence Fencer, w WAL, remote Remote, logger *s
 		logger:  logger,
 		metrics: m,
 		kick:    make(chan struct{}, 1),
+		changes: make(chan struct{}, 1),
 		now:     time.Now,
 		ackedCh: make(chan struct{}),
 	}
@@ -344,26 +337,35 @@ func (c *Coordinator) Close() {
 	c.gate.Close()
 }
 
-// SetFilter gives the Coordinator the filter it drives. Until then, and
-// until Run runs, no ring is handed out.
-func (c *Coordinator) SetFilter(f Filter) {
+// Changes implements scrape.Handoff: it is signalled when View or the
+// gate's answers may have changed.
+func (c *Coordinator) Changes() <-chan struct{} { return c.changes }
+
+// View implements scrape.Handoff: the placement last built, and its
+// generation (0 until Run has built one).
+func (c *Coordinator) View() (scrape.View, uint64) {
 	c.mu.Lock()
-	c.filter = f
-	c.ringKey = ""
-	c.mu.Unlock()
-	c.wake()
+	defer c.mu.Unlock()
+	return c.view, c.viewGen
 }
 
-// Ring returns the hash ring under the placement last handed to the filter
-// (nil before the first).
+func (c *Coordinator) notify() {
+	select {
+	case c.changes <- struct{}{}:
+	default:
+	}
+}
+
+// Ring returns the hash ring under the placement of the last view (nil
+// before the first).
 func (c *Coordinator) Ring() *ring.Ring {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return scrape.RingOf(c.ring)
 }
 
-// Placement returns the placement last handed to the filter (nil before
-// the first).
+// Placement returns the placement of the last view (nil before the
+// first).
 func (c *Coordinator) Placement() scrape.Placement {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -510,10 +512,10 @@ func (c *Coordinator) isTerminating() bool {
 	return c.terminating
 }
 
-// updateRing hands the filter a new placement when the participants, this
-// node's state or (ModeBounded) the published weights changed, and lets it
-// re-check held-back targets otherwise (a peer's watermarks may have
-// moved). With ModeBounded it then publishes this node's weights: adopting
+// updateRing builds a new view for the filter when the participants, this
+// node's state or (ModeBounded) the published weights changed, and signals
+// Changes either way (otherwise a peer's watermarks may have moved, and
+// the gate may release held-back targets). With ModeBounded it then publishes this node's weights: adopting
 // those of targets it has just become primary of at once, applying the
 // WeightPolicy once per WeightPeriod.
 func (c *Coordinator) updateRing() {
@@ -555,17 +557,12 @@ func (c *Coordinator) updateOnce() bool {
 		key += fmt.Sprintf("\xff%016x", digest)
 	}
 	c.mu.Lock()
-	f := c.filter
-	if f == nil {
-		c.mu.Unlock()
-		return false
-	}
 	full := c.publishDue
 	c.publishDue = false
 	if key == c.ringKey {
 		r := c.ring
 		c.mu.Unlock()
-		f.Recheck()
+		c.notify() // a peer's watermarks may have moved: the gate may answer anew
 		return c.publishWeights(r, u, sets, full)
 	}
 	var r scrape.Placement
@@ -578,10 +575,11 @@ func (c *Coordinator) updateOnce() bool {
 		r = buildRing(peers, c.opts.Tokens)
 	}
 	c.ring, c.ringKey = r, key
+	c.view = scrape.View{Placement: r, Self: c.opts.NodeName, ReplicationFactor: c.opts.ReplicationFactor,
+		Participant: participant, KubeNodes: kube, PlaceBy: placeBy}
+	c.viewGen++
 	c.mu.Unlock()
-	f.SetKubeNodes(kube)
-	f.SetPlacementConfig(placeBy)
-	f.SetRing(r, c.opts.NodeName, c.opts.ReplicationFactor, participant)
+	c.notify()
 	return c.publishWeights(r, u, sets, full)
 }
 
@@ -985,7 +983,8 @@ func (c *Coordinator) nextWake() time.Duration {
 		d = t
 	}
 	if c.contestGen != 0 && !c.contestExpired {
-		// The wake-up rechecks the filter, which asks Contested again.
+		// The wake-up signals Changes: the filter asks the gate again,
+		// which asks Contested.
 		if t := c.contestSince.Add(c.opts.HandoffTimeout).Sub(c.now()); t > 0 && (d == 0 || t < d) {
 			d = t
 		}

@@ -43,7 +43,7 @@ const (
 
 // ReasonNotPlaced: the target's job is new, or the target is relabelled
 // away, in the scrape configuration the cluster still places targets by
-// (see Filter.SetPlacementConfig); it is scraped once the cluster places by
+// (View.PlaceBy); it is scraped once the cluster places by
 // this node's configuration.
 const ReasonNotPlaced = "not in the configuration the cluster places by yet"
 
@@ -118,11 +118,20 @@ func isNil(p Placement) bool {
 // membership change, or with load-aware placement a weight change) is a new
 // generation that is fenced and released as a whole.
 type Handoff interface {
+	// Changes is signalled when View or Admit's answers may have changed;
+	// the Filter then reads View and re-filters (a new view after
+	// FilterOptions.RingCoalesce; the same one only if targets wait). It
+	// is the one way the Handoff reaches the Filter: a notification that
+	// carries no decision, so the Handoff never holds the Filter.
+	Changes() <-chan struct{}
+	// View returns the placement to filter by and its generation, which
+	// changes with every new view; generation 0 is no view yet.
+	View() (View, uint64)
 	// Admit decides which of the gained candidates (keys this node owns
 	// under r and the scrape configuration config, ConfigID, and does not
 	// scrape at that rank yet) start now; the others wait. The Filter asks
-	// again at the answer's Next, and when Recheck is called: the Handoff
-	// must call Recheck when its answer may change. Each call replaces the
+	// again at the answer's Next, and when Changes is signalled: the
+	// Handoff must signal it when its answer may change. Each call replaces the
 	// set of waiting candidates.
 	Admit(now time.Time, r Placement, config uint64, cands []gate.Candidate) gate.Admission
 	// Fence makes sure this node appends nothing more of units; it returns
@@ -141,6 +150,22 @@ type Handoff interface {
 	// the cluster agrees on cur (prev; 0 when none). It is called when
 	// either changes.
 	Configured(cur, prev uint64)
+}
+
+// View is what a Handoff tells the Filter to place targets by.
+type View struct {
+	// Placement, Self, ReplicationFactor and Participant are SetRing's
+	// arguments.
+	Placement         Placement
+	Self              string
+	ReplicationFactor int
+	Participant       bool
+	// KubeNodes are the participants' Kubernetes node names, for
+	// node-local targets (see setKubeNodes).
+	KubeNodes map[string]string
+	// PlaceBy is the ConfigID of the scrape configuration the cluster
+	// places targets by (see setPlacementConfig).
+	PlaceBy uint64
 }
 
 // TargetInfo describes one discovered target and its ownership, for the
@@ -178,7 +203,6 @@ type Filter struct {
 
 	ringSignal chan struct{} // SetRing was called; capacity 1 coalesces
 	cfgSignal  chan struct{} // ApplyConfig was called
-	recheck    chan struct{} // Recheck was called
 	work       *handoffWork  // hand-off steps of the last re-filters, for Run
 
 	mu      sync.Mutex
@@ -204,8 +228,9 @@ type Filter struct {
 	// it while the key stays (the cluster still places by the previous
 	// configuration) keeps the owner and replaces only the scrape loop.
 	ownedURL  map[uint64]string
-	refilters int  // for tests: how many re-filters ran
-	resend    bool // the job set changed: send even if no target moved
+	refilters int    // for tests: how many re-filters ran
+	viewGen   uint64 // the generation of the Handoff's View last followed
+	resend    bool   // the job set changed: send even if no target moved
 
 	// prevCfgs are the scrape configs this node placed targets by when it
 	// loaded cfgs, kept while the cluster places by them (prevID; 0: none).
@@ -222,7 +247,7 @@ type ringState struct {
 	participant bool
 	kube        *kubeNodes // for node-local targets; see sharding.go
 	// placeBy is the ConfigID of the scrape configuration the cluster
-	// places targets by (SetPlacementConfig); 0: this node's own.
+	// places targets by (setPlacementConfig); 0: this node's own.
 	placeBy uint64
 }
 
@@ -292,7 +317,6 @@ func NewFilter(opts FilterOptions, mgr ScrapeManager, logger *slog.Logger, reg p
 		metrics:     m,
 		ringSignal:  make(chan struct{}, 1),
 		cfgSignal:   make(chan struct{}, 1),
-		recheck:     make(chan struct{}, 1),
 		cfgs:        map[string]*config.ScrapeConfig{},
 		jobs:        map[string]*jobState{},
 		latest:      ringState{rf: 1, participant: true},
@@ -379,13 +403,13 @@ func (f *Filter) keepPlacing(id uint64) {
 	}
 }
 
-// SetPlacementConfig tells the Filter the ConfigID of the scrape
+// setPlacementConfig tells the Filter the ConfigID of the scrape
 // configuration the cluster places targets by: this node's loaded one, or
 // the one it kept when it loaded that (see Handoff.Configured). Targets are
 // then placed by their keys under it and scraped under the loaded one. An
 // id the Filter does not hold places by the loaded configuration (the
 // caller makes such a node own nothing). Like SetRing, calls are coalesced.
-func (f *Filter) SetPlacementConfig(id uint64) {
+func (f *Filter) setPlacementConfig(id uint64) {
 	f.mu.Lock()
 	f.latest.placeBy = id
 	f.mu.Unlock()
@@ -410,29 +434,45 @@ func (f *Filter) placingLocked(s ringState) (map[string]*config.ScrapeConfig, ui
 // and the node owns every target, and a non-nil ring gives it the targets
 // whose first replicationFactor owners include self. Calls are coalesced:
 // Run re-filters once per FilterOptions.RingCoalesce with the latest values.
+// A Filter with a Handoff follows the Handoff's View: SetRing only sets its
+// state until the next view (before the first one, or on shutdown).
 func (f *Filter) SetRing(r Placement, self string, replicationFactor int, participant bool) {
-	if replicationFactor < 1 {
-		replicationFactor = 1
-	}
+	f.mu.Lock()
+	f.latest = newRingState(r, self, replicationFactor, participant, f.latest.kube, f.latest.placeBy)
+	f.mu.Unlock()
+	f.ringChanged()
+}
+
+func newRingState(r Placement, self string, rf int, participant bool, kube *kubeNodes, placeBy uint64) ringState {
 	if isNil(r) {
 		r = nil
 	}
-	f.mu.Lock()
-	f.latest = ringState{ring: r, self: self, rf: replicationFactor, participant: participant, kube: f.latest.kube, placeBy: f.latest.placeBy}
-	f.mu.Unlock()
+	return ringState{ring: r, self: self, rf: max(rf, 1), participant: participant, kube: kube, placeBy: placeBy}
+}
+
+// ringChanged makes Run re-filter after the coalescing window.
+func (f *Filter) ringChanged() {
 	select {
 	case f.ringSignal <- struct{}{}:
 	default:
 	}
 }
 
-// Recheck asks the Filter to look again whether held-back targets may
-// start (FilterOptions.Handoff's answer may have changed).
-func (f *Filter) Recheck() {
-	select {
-	case f.recheck <- struct{}{}:
-	default:
+// follow reads the Handoff's view after it signalled a change: a new
+// generation is set as SetRing, setKubeNodes and setPlacementConfig would;
+// it reports whether there was one.
+func (f *Filter) follow() bool {
+	v, gen := f.opts.Handoff.View()
+	f.mu.Lock()
+	if gen == 0 || gen == f.viewGen {
+		f.mu.Unlock()
+		return false
 	}
+	f.viewGen = gen
+	f.latest = newRingState(v.Placement, v.Self, v.ReplicationFactor, v.Participant, &kubeNodes{byPeer: v.KubeNodes}, v.PlaceBy)
+	f.mu.Unlock()
+	f.ringChanged()
+	return true
 }
 
 // Run reads discovery updates from in and writes the owned targets to out
@@ -465,6 +505,11 @@ func (f *Filter) Run(ctx context.Context, in <-chan map[string][]*targetgroup.Gr
 			}
 		}
 	)
+	var changes <-chan struct{}
+	if h := f.opts.Handoff; h != nil {
+		changes = h.Changes()
+		f.follow()
+	}
 	defer func() {
 		if coalesce != nil {
 			coalesce.Stop()
@@ -490,12 +535,9 @@ func (f *Filter) Run(ctx context.Context, in <-chan map[string][]*targetgroup.Gr
 			refiltered()
 		case <-f.cfgSignal:
 			refiltered()
-		case <-f.recheck:
-			f.mu.Lock()
-			n := len(f.waiting)
-			f.mu.Unlock()
-			if n > 0 {
-				refiltered()
+		case <-changes:
+			if !f.follow() {
+				f.recheckWaiting(refiltered)
 			}
 		case <-f.ringSignal:
 			if coalesceC == nil {
@@ -511,6 +553,17 @@ func (f *Filter) Run(ctx context.Context, in <-chan map[string][]*targetgroup.Gr
 		case sendC <- unsent:
 			unsent = nil
 		}
+	}
+}
+
+// recheckWaiting re-filters if targets wait for the Handoff: its answer
+// may have changed.
+func (f *Filter) recheckWaiting(refiltered func()) {
+	f.mu.Lock()
+	n := len(f.waiting)
+	f.mu.Unlock()
+	if n > 0 {
+		refiltered()
 	}
 }
 

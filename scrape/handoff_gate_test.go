@@ -20,6 +20,7 @@ import (
 type recordingHandoff struct {
 	gate      *gate.Gate // made at the first Admit, with reg
 	reg       *prometheus.Registry
+	changes   chan struct{} // Changes; made at the first use
 	mu        sync.Mutex
 	released  bool
 	contested bool
@@ -87,6 +88,30 @@ func (h *recordingHandoff) Configured(cur, prev uint64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.configured = append(h.configured, [2]uint64{cur, prev})
+}
+
+// Changes is signalled by recheck. The test drives the view with SetRing:
+// View gives none.
+func (h *recordingHandoff) Changes() <-chan struct{} { return h.changesCh() }
+
+func (h *recordingHandoff) View() (View, uint64) { return View{}, 0 }
+
+func (h *recordingHandoff) changesCh() chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.changes == nil {
+		h.changes = make(chan struct{}, 1)
+	}
+	return h.changes
+}
+
+// recheck tells the Filter that the answers may have changed, as the
+// placement package does.
+func (h *recordingHandoff) recheck() {
+	select {
+	case h.changesCh() <- struct{}{}:
+	default:
+	}
 }
 
 // viewAnswers is what the gate asks of a test Handoff.
@@ -205,9 +230,9 @@ func TestHandoffGatesGainedAndFencesLost(t *testing.T) {
 		}
 		ho.take()
 
-		// The peer fenced: a Recheck starts them, activated before passed on.
+		// The peer fenced: a recheck starts them, activated before passed on.
 		ho.set(true)
-		h.f.Recheck()
+		ho.recheck()
 		synctest.Wait()
 		calls, _, activated := ho.take()
 		if len(activated) != waiting || calls[0] != "activate" {
@@ -299,7 +324,7 @@ func TestContestedTargetsWaitPastTheDelay(t *testing.T) {
 		before := refilters()
 		time.Sleep(10 * time.Second)
 		if n := refilters() - before; n != 0 {
-			t.Fatalf("%d re-filters in 10s without a Recheck: a timer spins on the overdue targets", n)
+			t.Fatalf("%d re-filters in 10s without a recheck: a timer spins on the overdue targets", n)
 		}
 		waiting := 0
 		for _, ti := range h.f.Targets() {
@@ -314,7 +339,7 @@ func TestContestedTargetsWaitPastTheDelay(t *testing.T) {
 		// The peer caught up with this placement, but has not fenced this
 		// view (another configuration): the delay, long past, starts them.
 		ho.contest(false)
-		h.f.Recheck()
+		ho.recheck()
 		synctest.Wait()
 		if _, _, activated := ho.take(); len(activated) != waiting {
 			t.Fatalf("activated %d units once uncontested, want %d", len(activated), waiting)

@@ -200,7 +200,7 @@ func TestReloadMovingKeyGatesNewOwner(t *testing.T) {
 			}
 			if peerFences {
 				ho.release(id2)
-				h.f.Recheck()
+				ho.recheck()
 			} else {
 				time.Sleep(2 * time.Second)
 			}
