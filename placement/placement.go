@@ -12,26 +12,30 @@
 //
 // The Coordinator follows the membership (a viewer becomes a participant
 // once the cluster is ready; a terminating node leaves the ring), builds the
-// ring in one place (buildRing) and hands it to the ownership filter. It
-// implements scrape.Handoff:
+// ring in one place (buildRing) and offers it to the ownership filter as its
+// View. It implements scrape.Handoff, and owns every decision of the
+// hand-off; the filter computes keys and ranks, applies the decisions and
+// reports what it did. The Coordinator never holds the filter: it signals
+// Changes, and the filter reads View and asks Admit again.
 //
 //   - Losing side: the filter fences lost targets at the appender
 //     (scrape.Fence); the Coordinator then numbers the fence, notes the WAL
 //     end, asks the remote-write queues to send up to it at once, and gossips
 //     "fenced seq/ring" and, once the queues have acknowledged that position,
 //     "acked seq".
-//   - Gaining side: a gained target starts when every live peer, viewers
-//     included, has fenced the view it was gained under (Released: the ring
-//     and the scrape configuration, ViewID), or after
-//     --cluster.handoff-delay, unless a participating peer follows another
-//     placement generation (Contested): then it waits until that peer
-//     fences this one or leaves, at most --cluster.handoff-timeout. On
-//     start the Coordinator holds the remote-write queues at the WAL end
-//     until every such peer has acknowledged its last fence made before
-//     the hold (a peer that had not fenced the view: its next fence, for at
-//     most the hand-off delay), so that two holding nodes never wait for
-//     each other; or the peer is gone, or --cluster.handoff-timeout passes.
-//     So the receiver gets the old owner's samples first.
+//   - Gaining side: the gate (package placement/gate, through Admit) starts
+//     a gained target when every live peer, viewers included, has fenced
+//     the view it was gained under (Released: the ring and the scrape
+//     configuration, ViewID), or after --cluster.handoff-delay, unless a
+//     participating peer follows another placement generation (Contested):
+//     then it waits until that peer fences this one or leaves, at most
+//     --cluster.handoff-timeout. On start (Activate) the Coordinator holds
+//     the remote-write queues at the WAL end until every such peer has
+//     acknowledged its last fence made before the hold (a peer that had not
+//     fenced the view: its next fence, for at most the hand-off delay), so
+//     that two holding nodes never wait for each other; or the peer is
+//     gone, or --cluster.handoff-timeout passes. So the receiver gets the
+//     old owner's samples first.
 //
 // Waiting for every live peer rather than for the previous owners of each
 // target is simpler and still sound: a peer that owned nothing of it fences
@@ -114,7 +118,7 @@ type Options struct {
 	NodeName          string
 	Tokens            int // tokens per node; 0: ring.DefaultTokensPerNode
 	ReplicationFactor int // 0: 1
-	// HandoffDelay is --cluster.handoff-delay, the filter's wait for the
+	// HandoffDelay is --cluster.handoff-delay, the gate's wait for the
 	// peers' fences (Delay): a hold placed for targets that some peer had
 	// not fenced waits for that peer's next fence only this long (see
 	// Activate). 0 means DefaultHandoffDelay.

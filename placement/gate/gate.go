@@ -6,11 +6,12 @@
 // that expired.
 //
 // It is the placement package's decision, kept in a package of its own
-// that depends on nothing else in shoal: the placement Coordinator answers
-// its questions about peers (Peers) and the scrape filter, which computes
-// the candidates from discovery and the ring, applies its answers without
-// knowing anything of peers. Being a leaf, it can be tested rule by rule,
-// and the scrape filter's own tests can run it as it runs in production.
+// that depends on nothing else in shoal but internal/promreg: the
+// placement Coordinator answers its questions about peers (Peers), and the
+// scrape filter, which computes the candidates from discovery and the
+// ring, applies its answers without knowing anything of peers. Being a
+// leaf, it can be tested rule by rule, and the scrape filter's own tests
+// can run it as it runs in production.
 package gate
 
 import (
