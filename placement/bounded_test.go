@@ -66,7 +66,6 @@ type boundedNode struct {
 	name string
 	c    *Coordinator
 	cl   *netCluster
-	flt  *fakeFilter
 	reg  *prometheus.Registry
 }
 
@@ -79,13 +78,12 @@ func startBounded(t *testing.T, names []string) ([]*boundedNode, *gossipNet) {
 	for _, name := range names {
 		cl := &netCluster{fakeCluster: newFakeCluster(name), net: net}
 		net.members = append(net.members, cl)
-		n := &boundedNode{name: name, cl: cl, flt: &fakeFilter{}, reg: prometheus.NewRegistry()}
+		n := &boundedNode{name: name, cl: cl, reg: prometheus.NewRegistry()}
 		c, err := New(Options{NodeName: name, Tokens: 64, Placement: ModeBounded}, cl, &fakeFence{}, &fakeWAL{}, &fakeRemote{}, nil, n.reg)
 		if err != nil {
 			t.Fatal(err)
 		}
 		n.c = c
-		c.SetFilter(n.flt)
 		nodes = append(nodes, n)
 	}
 	for _, n := range nodes {

@@ -161,7 +161,6 @@ func TestNodeOnAnotherConfigurationStepsAside(t *testing.T) {
 }
 
 func (f *fakeFilter) placing() uint64 {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.placeBy
+	v, _ := f.c.View()
+	return v.PlaceBy
 }

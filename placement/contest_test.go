@@ -87,8 +87,7 @@ func TestContestedByPeersOnAnotherPlacement(t *testing.T) {
 func TestContestTimeoutRechecksTheFilter(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := start(t, Options{HandoffTimeout: time.Minute})
-		rf := &recheckFilter{fakeFilter: h.filter}
-		h.c.SetFilter(rf)
+		rechecks := followView(t, h.c, nil)
 		synctest.Wait()
 		r := ring.New([]string{"a", "b"}, 8)
 		other := ring.New([]string{"b"}, 8)
@@ -98,30 +97,13 @@ func TestContestTimeoutRechecksTheFilter(t *testing.T) {
 			t.Fatal("not contested")
 		}
 		synctest.Wait()
-		before := rf.count()
+		before := rechecks()
 		time.Sleep(time.Minute + time.Millisecond)
 		synctest.Wait()
-		if rf.count() == before {
+		if rechecks() == before {
 			t.Fatal("no Recheck when the contested wait timed out")
 		}
 	})
-}
-
-type recheckFilter struct {
-	*fakeFilter
-	rechecks int
-}
-
-func (f *recheckFilter) Recheck() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.rechecks++
-}
-
-func (f *recheckFilter) count() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.rechecks
 }
 
 // Two nodes that each started targets on the hand-off delay each hold their

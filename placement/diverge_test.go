@@ -254,7 +254,6 @@ func startSim(t *testing.T, names []string, targets int) ([]*simNode, *mesh) {
 		if err := n.filter.ApplyConfig(cfg); err != nil {
 			t.Fatal(err)
 		}
-		c.SetFilter(n.filter)
 		ctx, cancel := context.WithCancel(context.Background())
 		in := make(chan map[string][]*targetgroup.Group, 1)
 		out := make(chan map[string][]*targetgroup.Group)

@@ -12,26 +12,30 @@
 //
 // The Coordinator follows the membership (a viewer becomes a participant
 // once the cluster is ready; a terminating node leaves the ring), builds the
-// ring in one place (buildRing) and hands it to the ownership filter. It
-// implements scrape.Handoff:
+// ring in one place (buildRing) and offers it to the ownership filter as its
+// View. It implements scrape.Handoff, and owns every decision of the
+// hand-off; the filter computes keys and ranks, applies the decisions and
+// reports what it did. The Coordinator never holds the filter: it signals
+// Changes, and the filter reads View and asks Admit again.
 //
 //   - Losing side: the filter fences lost targets at the appender
 //     (scrape.Fence); the Coordinator then numbers the fence, notes the WAL
 //     end, asks the remote-write queues to send up to it at once, and gossips
 //     "fenced seq/ring" and, once the queues have acknowledged that position,
 //     "acked seq".
-//   - Gaining side: a gained target starts when every live peer, viewers
-//     included, has fenced the view it was gained under (Released: the ring
-//     and the scrape configuration, ViewID), or after
-//     --cluster.handoff-delay, unless a participating peer follows another
-//     placement generation (Contested): then it waits until that peer
-//     fences this one or leaves, at most --cluster.handoff-timeout. On
-//     start the Coordinator holds the remote-write queues at the WAL end
-//     until every such peer has acknowledged its last fence made before
-//     the hold (a peer that had not fenced the view: its next fence, for at
-//     most the hand-off delay), so that two holding nodes never wait for
-//     each other; or the peer is gone, or --cluster.handoff-timeout passes.
-//     So the receiver gets the old owner's samples first.
+//   - Gaining side: the gate (package placement/gate, through Admit) starts
+//     a gained target when every live peer, viewers included, has fenced
+//     the view it was gained under (Released: the ring and the scrape
+//     configuration, ViewID), or after --cluster.handoff-delay, unless a
+//     participating peer follows another placement generation (Contested):
+//     then it waits until that peer fences this one or leaves, at most
+//     --cluster.handoff-timeout. On start (Activate) the Coordinator holds
+//     the remote-write queues at the WAL end until every such peer has
+//     acknowledged its last fence made before the hold (a peer that had not
+//     fenced the view: its next fence, for at most the hand-off delay), so
+//     that two holding nodes never wait for each other; or the peer is
+//     gone, or --cluster.handoff-timeout passes. So the receiver gets the
+//     old owner's samples first.
 //
 // Waiting for every live peer rather than for the previous owners of each
 // target is simpler and still sound: a peer that owned nothing of it fences
@@ -54,6 +58,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/shoal-dev/shoal/cluster"
+	"github.com/shoal-dev/shoal/placement/gate"
 	"github.com/shoal-dev/shoal/ring"
 	"github.com/shoal-dev/shoal/scrape"
 	"github.com/shoal-dev/shoal/wal"
@@ -90,19 +95,6 @@ type Cluster interface {
 	WaitReady(ctx context.Context) error
 }
 
-// Filter is the ownership filter (*scrape.Filter).
-type Filter interface {
-	SetRing(r scrape.Placement, self string, replicationFactor int, participant bool)
-	// SetKubeNodes gives the participants' Kubernetes node names, for
-	// node-local targets; it is called before SetRing when they change.
-	SetKubeNodes(byPeer map[string]string)
-	// SetPlacementConfig gives the ConfigID of the scrape configuration
-	// the cluster places targets by (config.go); it is called before
-	// SetRing when it changes.
-	SetPlacementConfig(id uint64)
-	Recheck()
-}
-
 // Fencer stops and restarts appends of hand-off units (*scrape.Fence).
 type Fencer interface {
 	Fence(ctx context.Context, units []scrape.Unit) error
@@ -126,7 +118,7 @@ type Options struct {
 	NodeName          string
 	Tokens            int // tokens per node; 0: ring.DefaultTokensPerNode
 	ReplicationFactor int // 0: 1
-	// HandoffDelay is --cluster.handoff-delay, the filter's wait for the
+	// HandoffDelay is --cluster.handoff-delay, the gate's wait for the
 	// peers' fences (Delay): a hold placed for targets that some peer had
 	// not fenced waits for that peer's next fence only this long (see
 	// Activate). 0 means DefaultHandoffDelay.
@@ -197,7 +189,7 @@ func (o Options) withDefaults() Options {
 }
 
 // Coordinator follows the cluster and orders hand-offs. Create it with New,
-// give it the filter with SetFilter, and run Run.
+// give it to the ownership filter as its scrape.Handoff, and run Run.
 type Coordinator struct {
 	opts    Options
 	cl      Cluster
@@ -208,14 +200,20 @@ type Coordinator struct {
 	metrics *metrics
 	kick    chan struct{}
 	now     func() time.Time
-	weigher *weigher // nil in ModeRing
+	weigher *weigher   // nil in ModeRing
+	gate    *gate.Gate // holds gained targets back (Admit)
 
 	// publishMu orders watermark publications: each re-reads the latest
 	// watermarks under mu, so an older copy never overwrites a newer one.
 	publishMu sync.Mutex
 
+	// changes is scrape.Handoff's Changes: signalled when the view or the
+	// gate's answers may have changed.
+	changes chan struct{}
+
 	mu          sync.Mutex
-	filter      Filter
+	view        scrape.View // what the filter places by (View), of generation viewGen
+	viewGen     uint64
 	ring        scrape.Placement
 	ringKey     string // participants, self state and weights of ring, to skip no-op updates
 	publishDue  bool   // ModeBounded: apply the WeightPolicy at the next update
@@ -288,7 +286,13 @@ func New(opts Options, cl Cluster, fence Fencer, w WAL, remote Remote, logger *s
 	if err != nil {
 		return nil, err
 	}
+	g, err := gate.New(opts.HandoffDelay, logger, reg)
+	if err != nil {
+		m.group.Unregister()
+		return nil, err
+	}
 	c := &Coordinator{
+		gate:    g,
 		opts:    opts,
 		cl:      cl,
 		fence:   fence,
@@ -297,6 +301,7 @@ func New(opts Options, cl Cluster, fence Fencer, w WAL, remote Remote, logger *s
 		logger:  logger,
 		metrics: m,
 		kick:    make(chan struct{}, 1),
+		changes: make(chan struct{}, 1),
 		now:     time.Now,
 		ackedCh: make(chan struct{}),
 	}
@@ -331,28 +336,40 @@ func (c *Coordinator) holdForCarried(ds []Departed) {
 }
 
 // Close unregisters the metrics.
-func (c *Coordinator) Close() { c.metrics.group.Unregister() }
-
-// SetFilter gives the Coordinator the filter it drives. Until then, and
-// until Run runs, no ring is handed out.
-func (c *Coordinator) SetFilter(f Filter) {
-	c.mu.Lock()
-	c.filter = f
-	c.ringKey = ""
-	c.mu.Unlock()
-	c.wake()
+func (c *Coordinator) Close() {
+	c.metrics.group.Unregister()
+	c.gate.Close()
 }
 
-// Ring returns the hash ring under the placement last handed to the filter
-// (nil before the first).
+// Changes implements scrape.Handoff: it is signalled when View or the
+// gate's answers may have changed.
+func (c *Coordinator) Changes() <-chan struct{} { return c.changes }
+
+// View implements scrape.Handoff: the placement last built, and its
+// generation (0 until Run has built one).
+func (c *Coordinator) View() (scrape.View, uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.view, c.viewGen
+}
+
+func (c *Coordinator) notify() {
+	select {
+	case c.changes <- struct{}{}:
+	default:
+	}
+}
+
+// Ring returns the hash ring under the placement of the last view (nil
+// before the first).
 func (c *Coordinator) Ring() *ring.Ring {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return scrape.RingOf(c.ring)
 }
 
-// Placement returns the placement last handed to the filter (nil before
-// the first).
+// Placement returns the placement of the last view (nil before the
+// first).
 func (c *Coordinator) Placement() scrape.Placement {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -499,10 +516,10 @@ func (c *Coordinator) isTerminating() bool {
 	return c.terminating
 }
 
-// updateRing hands the filter a new placement when the participants, this
-// node's state or (ModeBounded) the published weights changed, and lets it
-// re-check held-back targets otherwise (a peer's watermarks may have
-// moved). With ModeBounded it then publishes this node's weights: adopting
+// updateRing builds a new view for the filter when the participants, this
+// node's state or (ModeBounded) the published weights changed, and signals
+// Changes either way (otherwise a peer's watermarks may have moved, and
+// the gate may release held-back targets). With ModeBounded it then publishes this node's weights: adopting
 // those of targets it has just become primary of at once, applying the
 // WeightPolicy once per WeightPeriod.
 func (c *Coordinator) updateRing() {
@@ -544,17 +561,12 @@ func (c *Coordinator) updateOnce() bool {
 		key += fmt.Sprintf("\xff%016x", digest)
 	}
 	c.mu.Lock()
-	f := c.filter
-	if f == nil {
-		c.mu.Unlock()
-		return false
-	}
 	full := c.publishDue
 	c.publishDue = false
 	if key == c.ringKey {
 		r := c.ring
 		c.mu.Unlock()
-		f.Recheck()
+		c.notify() // a peer's watermarks may have moved: the gate may answer anew
 		return c.publishWeights(r, u, sets, full)
 	}
 	var r scrape.Placement
@@ -567,10 +579,11 @@ func (c *Coordinator) updateOnce() bool {
 		r = buildRing(peers, c.opts.Tokens)
 	}
 	c.ring, c.ringKey = r, key
+	c.view = scrape.View{Placement: r, Self: c.opts.NodeName, ReplicationFactor: c.opts.ReplicationFactor,
+		Participant: participant, KubeNodes: kube, PlaceBy: placeBy}
+	c.viewGen++
 	c.mu.Unlock()
-	f.SetKubeNodes(kube)
-	f.SetPlacementConfig(placeBy)
-	f.SetRing(r, c.opts.NodeName, c.opts.ReplicationFactor, participant)
+	c.notify()
 	return c.publishWeights(r, u, sets, full)
 }
 
@@ -741,9 +754,25 @@ func (c *Coordinator) watermarksLocked() cluster.Watermarks {
 	return cluster.Watermarks{FencedSeq: c.fencedSeq, FencedRing: c.fencedRing, AckedSeq: c.ackedSeq, FencedPlacement: c.fencedGen}
 }
 
-// Released implements scrape.Handoff: every live peer that may scrape has
-// fenced r under the same scrape configuration. Dead or left nodes are not
-// waited for.
+// Admit implements scrape.Handoff: the gate decides which gained targets
+// start, asking Released and Contested of the view r and config.
+func (c *Coordinator) Admit(now time.Time, r scrape.Placement, config uint64, cands []gate.Candidate) gate.Admission {
+	return c.gate.Admit(now, config, cands, viewPeers{c: c, r: r, config: config})
+}
+
+// viewPeers answers the gate's questions for one view.
+type viewPeers struct {
+	c      *Coordinator
+	r      scrape.Placement
+	config uint64
+}
+
+func (v viewPeers) Released() bool  { return v.c.Released(v.r, v.config) }
+func (v viewPeers) Contested() bool { return v.c.Contested(v.r, v.config) }
+
+// Released reports whether every live peer that may scrape has fenced r
+// under the same scrape configuration (the gate's release). Dead or left
+// nodes are not waited for.
 func (c *Coordinator) Released(r scrape.Placement, config uint64) bool {
 	id, old := ViewID(r, config), RingID(r)
 	for _, p := range c.peersToWaitFor() {
@@ -754,10 +783,10 @@ func (c *Coordinator) Released(r scrape.Placement, config uint64) bool {
 	return true
 }
 
-// Delay implements scrape.Handoff: --cluster.handoff-delay.
-func (c *Coordinator) Delay() time.Duration { return c.opts.HandoffDelay }
+// Delay is --cluster.handoff-delay, the gate's bound.
+func (c *Coordinator) Delay() time.Duration { return c.gate.Delay() }
 
-// Contested implements scrape.Handoff: whether targets gained under r that
+// Contested reports (for the gate) whether targets gained under r that
 // waited out the hand-off delay without Released must wait on, because a
 // peer that takes part (participant or terminating) announces a last fence
 // of another placement generation. Under its placement that peer may own
@@ -958,7 +987,8 @@ func (c *Coordinator) nextWake() time.Duration {
 		d = t
 	}
 	if c.contestGen != 0 && !c.contestExpired {
-		// The wake-up rechecks the filter, which asks Contested again.
+		// The wake-up signals Changes: the filter asks the gate again,
+		// which asks Contested.
 		if t := c.contestSince.Add(c.opts.HandoffTimeout).Sub(c.now()); t > 0 && (d == 0 || t < d) {
 			d = t
 		}

@@ -166,36 +166,57 @@ func (c *fakeCluster) removePeer(name string) {
 	c.notify()
 }
 
-// fakeFilter records what the Coordinator hands it.
-type fakeFilter struct {
-	mu          sync.Mutex
-	ring        scrape.Placement
-	participant bool
-	sets        int
-	placeBy     uint64
-}
+// fakeFilter reads what the Coordinator gives the filter: its View.
+type fakeFilter struct{ c *Coordinator }
 
-func (f *fakeFilter) SetRing(r scrape.Placement, _ string, _ int, participant bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.ring, f.participant = r, participant
-	f.sets++
-}
-
-func (f *fakeFilter) Recheck() {}
-
-func (f *fakeFilter) SetKubeNodes(map[string]string) {}
-
-func (f *fakeFilter) SetPlacementConfig(id uint64) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.placeBy = id
-}
-
+// last is the view's placement and participation, and its generation
+// (how many views were built).
 func (f *fakeFilter) last() (scrape.Placement, bool, int) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.ring, f.participant, f.sets
+	v, gen := f.c.View()
+	return v.Placement, v.Participant, int(gen)
+}
+
+// followView calls fn with every new view of c, as the filter reads them
+// on Changes, until the test ends; rechecks counts the signals that carried
+// no new view.
+func followView(t *testing.T, c *Coordinator, fn func(scrape.View)) (rechecks func() int) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var (
+		mu   sync.Mutex
+		n    int
+		done = make(chan struct{})
+	)
+	go func() {
+		defer close(done)
+		var seen uint64
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-c.Changes():
+			}
+			v, gen := c.View()
+			if gen == seen || gen == 0 {
+				mu.Lock()
+				n++
+				mu.Unlock()
+				continue
+			}
+			seen = gen
+			if fn != nil {
+				fn(v)
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return n
+	}
 }
 
 type fakeFence struct {
@@ -294,7 +315,7 @@ type harness struct {
 func start(t *testing.T, opts Options) *harness {
 	t.Helper()
 	h := &harness{
-		cl: newFakeCluster("a"), filter: &fakeFilter{}, fence: &fakeFence{},
+		cl: newFakeCluster("a"), fence: &fakeFence{},
 		wal: &fakeWAL{}, remote: &fakeRemote{}, reg: prometheus.NewRegistry(),
 		done: make(chan struct{}),
 	}
@@ -304,7 +325,7 @@ func start(t *testing.T, opts Options) *harness {
 		t.Fatal(err)
 	}
 	h.c = c
-	c.SetFilter(h.filter)
+	h.filter = &fakeFilter{c: c}
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
 	go func() {

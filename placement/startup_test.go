@@ -27,7 +27,7 @@ func TestReleasedWaitsForViewerWithoutFence(t *testing.T) {
 	})
 }
 
-// fencingFilter fences and announces every ring it is given, as the real
+// fencingFilter fences and announces every view it is given, as the real
 // filter does after each re-filter.
 type fencingFilter struct {
 	c    *Coordinator
@@ -35,18 +35,12 @@ type fencingFilter struct {
 	ring scrape.Placement
 }
 
-func (f *fencingFilter) SetRing(r scrape.Placement, _ string, _ int, participant bool) {
+func (f *fencingFilter) follow(v scrape.View) {
 	f.mu.Lock()
-	f.ring = r
+	f.ring = v.Placement
 	f.mu.Unlock()
-	f.c.Fenced(r, 0, participant)
+	f.c.Fenced(v.Placement, 0, v.Participant)
 }
-
-func (f *fencingFilter) Recheck() {}
-
-func (f *fencingFilter) SetKubeNodes(map[string]string) {}
-
-func (f *fencingFilter) SetPlacementConfig(uint64) {}
 
 func (f *fencingFilter) last() scrape.Placement {
 	f.mu.Lock()
@@ -74,7 +68,7 @@ func TestSimultaneousPromotersReleaseEachOther(t *testing.T) {
 				t.Fatal(err)
 			}
 			cls[n], coords[n], filters[n] = cl, c, &fencingFilter{c: c}
-			c.SetFilter(filters[n])
+			followView(t, c, filters[n].follow)
 		}
 		// gossip delivers each node's current state and watermarks to the other.
 		gossip := func() {

@@ -4,8 +4,13 @@
 // here as promscrape, to avoid the name clash):
 //
 //	discovery.Manager ──all groups──▶ Filter ──owned groups──▶ promscrape.Manager
-//	                                    ▲
-//	                  ring.Ring ── SetRing (from cluster membership)
+//	                                  │  ▲
+//	          Handoff (View, Admit, …) ▼  │ Changes (a signal)
+//	                             placement.Coordinator
+//
+// With clustering the Filter follows its Handoff's View (the placement, a
+// ring or load-aware, and this node's place in it); without, SetRing sets
+// it.
 //
 // Every replica discovers the same targets. For each one the Filter runs
 // Prometheus' own PopulateLabels with the job's relabel_configs and derives
@@ -34,13 +39,15 @@
 // moment. A target removed from discovery, on the other hand, is stopped
 // normally and does get its staleness markers.
 //
-// When a ring change moves a target here, the Filter holds it back until
-// its Handoff (the placement package) says every peer has fenced it
-// (Handoff.Released), for at most Handoff.Delay (--cluster.handoff-delay)
-// unless Handoff.Contested says a peer may still scrape it; starting while the previous owner still scrapes would let both owners'
-// samples for the same series reach the remote end interleaved, and the
-// later of two near-identical timestamps would be rejected as out of
-// order. Without a Handoff (clustering disabled) nothing is held back.
+// When a ring change moves a target here, the Filter does not decide when
+// it starts: it hands the gained keys to its Handoff (Admit, the placement
+// package's gate), which holds them back until every peer has fenced them,
+// for at most --cluster.handoff-delay unless a peer may still scrape them,
+// and it starts the ones Admit lets through. Starting while the previous
+// owner still scrapes would let both owners' samples for the same series
+// reach the remote end interleaved, and the later of two near-identical
+// timestamps would be rejected as out of order. Without a Handoff
+// (clustering disabled) nothing is held back.
 //
 // When the node stops being a participant (it is terminating, or still a
 // viewer) it owns nothing; targets it gives up that way are handed off

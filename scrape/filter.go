@@ -21,6 +21,8 @@ import (
 	"github.com/prometheus/prometheus/discovery/targetgroup"
 	"github.com/prometheus/prometheus/model/labels"
 	promscrape "github.com/prometheus/prometheus/scrape"
+
+	"github.com/shoal-dev/shoal/placement/gate"
 )
 
 // DefaultRingCoalesce is FilterOptions.RingCoalesce's default.
@@ -41,7 +43,7 @@ const (
 
 // ReasonNotPlaced: the target's job is new, or the target is relabelled
 // away, in the scrape configuration the cluster still places targets by
-// (see Filter.SetPlacementConfig); it is scraped once the cluster places by
+// (View.PlaceBy); it is scraped once the cluster places by
 // this node's configuration.
 const ReasonNotPlaced = "not in the configuration the cluster places by yet"
 
@@ -49,9 +51,9 @@ const ReasonNotPlaced = "not in the configuration the cluster places by yet"
 // field takes the documented default.
 type FilterOptions struct {
 	// Handoff, when set, orders hand-offs: lost targets are fenced before
-	// anything else happens, and gained ones wait until Handoff.Released
-	// (or Handoff.Delay). Every target passed on then carries UnitLabel.
-	// Without it (clustering disabled) nothing is ever held back.
+	// anything else happens, and gained ones start when Handoff.Admit says
+	// so. Every target passed on then carries UnitLabel. Without it
+	// (clustering disabled) nothing is ever held back.
 	Handoff Handoff
 
 	// ReplicaLabel, with a replication factor above 1, is the target label
@@ -109,33 +111,37 @@ func isNil(p Placement) bool {
 }
 
 // Handoff is what the Filter needs to hand targets over in order. The
-// placement package implements it. Every change of the Placement (a
+// placement package implements it: it owns every decision of the hand-off
+// (when a gained target starts, the fences, the holds, the configuration
+// the cluster places by); the Filter computes the candidates, applies the
+// answers and reports what it did. Every change of the Placement (a
 // membership change, or with load-aware placement a weight change) is a new
 // generation that is fenced and released as a whole.
 type Handoff interface {
+	// Changes is signalled when View or Admit's answers may have changed;
+	// the Filter then reads View and re-filters (a new view after
+	// FilterOptions.RingCoalesce; the same one only if targets wait). It
+	// is the one way the Handoff reaches the Filter: a notification that
+	// carries no decision, so the Handoff never holds the Filter.
+	Changes() <-chan struct{}
+	// View returns the placement to filter by and its generation, which
+	// changes with every new view; generation 0 is no view yet.
+	View() (View, uint64)
+	// Admit decides which of the gained candidates (keys this node owns
+	// under r and the scrape configuration config, ConfigID, and does not
+	// scrape at that rank yet) start now; the others wait. The Filter asks
+	// again at the answer's Next, and when Changes is signalled: the
+	// Handoff must signal it when its answer may change. Each call replaces the
+	// set of waiting candidates.
+	Admit(now time.Time, r Placement, config uint64, cands []gate.Candidate) gate.Admission
 	// Fence makes sure this node appends nothing more of units; it returns
 	// once appends already under way are done.
 	Fence(ctx context.Context, units []Unit) error
 	// Fenced is called after every re-filter: every unit this node does not
-	// own under r and the scrape configuration config (ConfigID; with
-	// participant as given) is fenced now.
+	// own under r and config (with participant as given) is fenced now.
 	Fenced(r Placement, config uint64, participant bool)
-	// Released reports whether every peer that may still scrape a target
-	// gained under r and config has fenced them, so that this node may
-	// start. A reload that changes a target's URL moves its key: the peers
-	// must have applied the same configuration too.
-	Released(r Placement, config uint64) bool
-	// Delay bounds how long a gained target waits for Released
-	// (--cluster.handoff-delay); the Handoff owns its default.
-	Delay() time.Duration
-	// Contested reports whether targets gained under r and config that have
-	// waited out Delay without Released must wait on:
-	// a peer may still be scraping them. They start when Released or when
-	// Contested turns false; the Filter asks again after Recheck, so the
-	// Handoff must call Recheck when its answer may change.
-	Contested(r Placement, config uint64) bool
 	// Activate is called with the units about to be passed on to the scrape
-	// manager for the first time (gained, or gained back) under r and
+	// manager for the first time (admitted, or gained back) under r and
 	// config: they must be un-fenced, and their first samples ordered after
 	// the previous owners'. It is called before Fenced of the same re-filter.
 	Activate(r Placement, config uint64, units []Unit)
@@ -144,6 +150,22 @@ type Handoff interface {
 	// the cluster agrees on cur (prev; 0 when none). It is called when
 	// either changes.
 	Configured(cur, prev uint64)
+}
+
+// View is what a Handoff tells the Filter to place targets by.
+type View struct {
+	// Placement, Self, ReplicationFactor and Participant are SetRing's
+	// arguments.
+	Placement         Placement
+	Self              string
+	ReplicationFactor int
+	Participant       bool
+	// KubeNodes are the participants' Kubernetes node names, for
+	// node-local targets (see setKubeNodes).
+	KubeNodes map[string]string
+	// PlaceBy is the ConfigID of the scrape configuration the cluster
+	// places targets by (see setPlacementConfig).
+	PlaceBy uint64
 }
 
 // TargetInfo describes one discovered target and its ownership, for the
@@ -181,21 +203,20 @@ type Filter struct {
 
 	ringSignal chan struct{} // SetRing was called; capacity 1 coalesces
 	cfgSignal  chan struct{} // ApplyConfig was called
-	recheck    chan struct{} // Recheck was called
 	work       *handoffWork  // hand-off steps of the last re-filters, for Run
 
-	mu         sync.Mutex
-	cfgs       map[string]*config.ScrapeConfig
-	cfgID      uint64 // ConfigID of cfgs
-	appliedCfg uint64 // the view's configuration (viewConfig) at the last re-filter
-	jobs       map[string]*jobState
-	latest     ringState // as last given to SetRing
-	applied    ringState // as used by the last re-filter
+	mu      sync.Mutex
+	cfgs    map[string]*config.ScrapeConfig
+	cfgID   uint64 // ConfigID of cfgs
+	jobs    map[string]*jobState
+	latest  ringState // as last given to SetRing
+	applied ringState // as used by the last re-filter
 	// owned are the keys passed on to the scrape manager; waiting are keys
-	// gained by a ring change and held back until the given time; known are
-	// the keys of every valid discovered target at the last re-filter.
+	// gained and held back by the Handoff's gate at the last re-filter;
+	// known are the keys of every valid discovered target at the last
+	// re-filter.
 	owned   map[uint64]int // key -> rank
-	waiting map[uint64]waitEntry
+	waiting map[uint64]struct{}
 	known   map[uint64]struct{}
 	// series maps the series identity (seriesID) of every known target to
 	// its key, and ownedSeries the owned keys to theirs: a key that goes
@@ -207,8 +228,9 @@ type Filter struct {
 	// it while the key stays (the cluster still places by the previous
 	// configuration) keeps the owner and replaces only the scrape loop.
 	ownedURL  map[uint64]string
-	refilters int  // for tests: how many re-filters ran
-	resend    bool // the job set changed: send even if no target moved
+	refilters int    // for tests: how many re-filters ran
+	viewGen   uint64 // the generation of the Handoff's View last followed
+	resend    bool   // the job set changed: send even if no target moved
 
 	// prevCfgs are the scrape configs this node placed targets by when it
 	// loaded cfgs, kept while the cluster places by them (prevID; 0: none).
@@ -218,15 +240,6 @@ type Filter struct {
 	keyedBy  uint64
 }
 
-type waitEntry struct {
-	due  time.Time
-	rank int
-	// fixed: only due ends the wait. A target whose key moved without a
-	// configuration change (discovery changed its URL) cannot be released
-	// by the peers' fences, which say nothing about discovery.
-	fixed bool
-}
-
 type ringState struct {
 	ring        Placement
 	self        string
@@ -234,7 +247,7 @@ type ringState struct {
 	participant bool
 	kube        *kubeNodes // for node-local targets; see sharding.go
 	// placeBy is the ConfigID of the scrape configuration the cluster
-	// places targets by (SetPlacementConfig); 0: this node's own.
+	// places targets by (setPlacementConfig); 0: this node's own.
 	placeBy uint64
 }
 
@@ -304,12 +317,11 @@ func NewFilter(opts FilterOptions, mgr ScrapeManager, logger *slog.Logger, reg p
 		metrics:     m,
 		ringSignal:  make(chan struct{}, 1),
 		cfgSignal:   make(chan struct{}, 1),
-		recheck:     make(chan struct{}, 1),
 		cfgs:        map[string]*config.ScrapeConfig{},
 		jobs:        map[string]*jobState{},
 		latest:      ringState{rf: 1, participant: true},
 		owned:       map[uint64]int{},
-		waiting:     map[uint64]waitEntry{},
+		waiting:     map[uint64]struct{}{},
 		known:       map[uint64]struct{}{},
 		series:      map[uint64]uint64{},
 		ownedSeries: map[uint64]uint64{},
@@ -391,13 +403,13 @@ func (f *Filter) keepPlacing(id uint64) {
 	}
 }
 
-// SetPlacementConfig tells the Filter the ConfigID of the scrape
+// setPlacementConfig tells the Filter the ConfigID of the scrape
 // configuration the cluster places targets by: this node's loaded one, or
 // the one it kept when it loaded that (see Handoff.Configured). Targets are
 // then placed by their keys under it and scraped under the loaded one. An
 // id the Filter does not hold places by the loaded configuration (the
 // caller makes such a node own nothing). Like SetRing, calls are coalesced.
-func (f *Filter) SetPlacementConfig(id uint64) {
+func (f *Filter) setPlacementConfig(id uint64) {
 	f.mu.Lock()
 	f.latest.placeBy = id
 	f.mu.Unlock()
@@ -422,29 +434,45 @@ func (f *Filter) placingLocked(s ringState) (map[string]*config.ScrapeConfig, ui
 // and the node owns every target, and a non-nil ring gives it the targets
 // whose first replicationFactor owners include self. Calls are coalesced:
 // Run re-filters once per FilterOptions.RingCoalesce with the latest values.
+// A Filter with a Handoff follows the Handoff's View: SetRing only sets its
+// state until the next view (before the first one, or on shutdown).
 func (f *Filter) SetRing(r Placement, self string, replicationFactor int, participant bool) {
-	if replicationFactor < 1 {
-		replicationFactor = 1
-	}
+	f.mu.Lock()
+	f.latest = newRingState(r, self, replicationFactor, participant, f.latest.kube, f.latest.placeBy)
+	f.mu.Unlock()
+	f.ringChanged()
+}
+
+func newRingState(r Placement, self string, rf int, participant bool, kube *kubeNodes, placeBy uint64) ringState {
 	if isNil(r) {
 		r = nil
 	}
-	f.mu.Lock()
-	f.latest = ringState{ring: r, self: self, rf: replicationFactor, participant: participant, kube: f.latest.kube, placeBy: f.latest.placeBy}
-	f.mu.Unlock()
+	return ringState{ring: r, self: self, rf: max(rf, 1), participant: participant, kube: kube, placeBy: placeBy}
+}
+
+// ringChanged makes Run re-filter after the coalescing window.
+func (f *Filter) ringChanged() {
 	select {
 	case f.ringSignal <- struct{}{}:
 	default:
 	}
 }
 
-// Recheck asks the Filter to look again whether held-back targets may
-// start (FilterOptions.Handoff's answer may have changed).
-func (f *Filter) Recheck() {
-	select {
-	case f.recheck <- struct{}{}:
-	default:
+// follow reads the Handoff's view after it signalled a change: a new
+// generation is set as SetRing, setKubeNodes and setPlacementConfig would;
+// it reports whether there was one.
+func (f *Filter) follow() bool {
+	v, gen := f.opts.Handoff.View()
+	f.mu.Lock()
+	if gen == 0 || gen == f.viewGen {
+		f.mu.Unlock()
+		return false
 	}
+	f.viewGen = gen
+	f.latest = newRingState(v.Placement, v.Self, v.ReplicationFactor, v.Participant, &kubeNodes{byPeer: v.KubeNodes}, v.PlaceBy)
+	f.mu.Unlock()
+	f.ringChanged()
+	return true
 }
 
 // Run reads discovery updates from in and writes the owned targets to out
@@ -477,6 +505,11 @@ func (f *Filter) Run(ctx context.Context, in <-chan map[string][]*targetgroup.Gr
 			}
 		}
 	)
+	var changes <-chan struct{}
+	if h := f.opts.Handoff; h != nil {
+		changes = h.Changes()
+		f.follow()
+	}
 	defer func() {
 		if coalesce != nil {
 			coalesce.Stop()
@@ -502,12 +535,9 @@ func (f *Filter) Run(ctx context.Context, in <-chan map[string][]*targetgroup.Gr
 			refiltered()
 		case <-f.cfgSignal:
 			refiltered()
-		case <-f.recheck:
-			f.mu.Lock()
-			n := len(f.waiting)
-			f.mu.Unlock()
-			if n > 0 {
-				refiltered()
+		case <-changes:
+			if !f.follow() {
+				f.recheckWaiting(refiltered)
 			}
 		case <-f.ringSignal:
 			if coalesceC == nil {
@@ -523,6 +553,17 @@ func (f *Filter) Run(ctx context.Context, in <-chan map[string][]*targetgroup.Gr
 		case sendC <- unsent:
 			unsent = nil
 		}
+	}
+}
+
+// recheckWaiting re-filters if targets wait for the Handoff: its answer
+// may have changed.
+func (f *Filter) recheckWaiting(refiltered func()) {
+	f.mu.Lock()
+	n := len(f.waiting)
+	f.mu.Unlock()
+	if n > 0 {
+		refiltered()
 	}
 }
 
@@ -608,309 +649,6 @@ func placeKey(lb *labels.Builder, place *config.ScrapeConfig, tl, gl model.Label
 		return 0, ReasonNotPlaced
 	}
 	return key, ""
-}
-
-// refilter recomputes ownership at time now. It returns the groups to pass
-// on, whether they differ from the last ones, and when the next held-back
-// target becomes due (zero if none). Targets that moved away are handed off
-// to the scrape manager before it returns.
-func (f *Filter) refilter(now time.Time) (out map[string][]*targetgroup.Group, changed bool, next time.Time) {
-	f.mu.Lock()
-	f.refilters++
-	prev, cur := f.applied, f.latest
-	ringChanged := prev != cur
-	placeCfgs, placeID := f.placingLocked(cur)
-	dropped := f.dropPrevLocked(cur)
-	if placeID != f.keyedBy {
-		// The cluster switched configurations: every key is recomputed.
-		for _, js := range f.jobs {
-			js.dirty = true
-		}
-		f.keyedBy = placeID
-	}
-	cfgID := viewConfig(cur, placeID)
-	cfgChanged := cfgID != f.appliedCfg
-	changed = f.resend
-	f.resend = false
-	lb := labels.NewBuilder(labels.EmptyLabels())
-	for job, js := range f.jobs {
-		cfg := f.cfgs[job]
-		if cfg == nil || !js.dirty {
-			continue
-		}
-		changed = true
-		place := cfg
-		if placeID != f.cfgID {
-			place = placeCfgs[job]
-		}
-		invalid, err := computeEntries(js, cfg, place, lb)
-		f.metrics.invalid.WithLabelValues(job).Set(float64(invalid))
-		if invalid > 0 {
-			f.logger.Warn("Ignoring invalid targets", "job", job, "count", invalid, "first_err", err)
-		}
-	}
-
-	// The set of valid keys changes only with discovery or configuration;
-	// a ring change alone reuses it.
-	rebuildKnown := changed
-	var (
-		buf         = make([]string, 0, max(cur.rf, prev.rf))
-		known       = f.known
-		series      = f.series
-		owned       = make(map[uint64]int, len(f.owned))
-		ownedSeries = make(map[uint64]uint64, len(f.owned))
-		ownedURL    = make(map[uint64]string, len(f.owned))
-		rescraped   map[uint64]struct{}
-		waiting     = map[uint64]waitEntry{}
-		movedIn     int
-		ownedByJob  = map[string]int{}
-		h           = f.opts.Handoff
-		delay       time.Duration // h's; nothing waits without h
-		activated   []Unit
-		released    *bool // Handoff.Released(cur.ring), asked once when needed
-		contested   *bool // Handoff.Contested(cur.ring), likewise
-		timedOut    int
-	)
-	if h != nil {
-		delay = h.Delay()
-	}
-	isReleased := func() bool {
-		if released == nil {
-			r := h.Released(cur.ring, cfgID)
-			released = &r
-		}
-		return *released
-	}
-	isContested := func() bool {
-		if contested == nil {
-			c := h.Contested(cur.ring, cfgID)
-			contested = &c
-		}
-		return *contested
-	}
-	if rebuildKnown {
-		known = make(map[uint64]struct{}, len(f.known))
-		series = make(map[uint64]uint64, len(f.series))
-		for job, js := range f.jobs {
-			if f.cfgs[job] == nil {
-				continue
-			}
-			for _, e := range js.entries {
-				if e.reason != "" {
-					continue
-				}
-				known[e.key] = struct{}{}
-				if _, dup := series[e.series]; !dup {
-					series[e.series] = e.key
-				}
-			}
-		}
-	}
-	// movedFrom reports whether the series of e was known before under
-	// another key, now gone (a reload or relabelling changed the target's
-	// URL), and whether a peer may still be scraping it under that key: then
-	// it is a hand-off like any other.
-	movedFrom := func(e entry) (moved, byOther bool) {
-		old, ok := f.series[e.series]
-		if !ok || old == e.key {
-			return false, false
-		}
-		if _, still := known[old]; still {
-			return false, false
-		}
-		return true, prev.ownedByOther(entry{key: old}, buf)
-	}
-	out = make(map[string][]*targetgroup.Group, len(f.jobs))
-	for job, js := range f.jobs {
-		if f.cfgs[job] == nil {
-			continue
-		}
-		discovered := 0
-		for _, g := range js.groups {
-			if g != nil {
-				discovered += len(g.Targets)
-			}
-		}
-		f.metrics.discovered.WithLabelValues(job).Set(float64(discovered))
-
-		filtered := make([]*targetgroup.Group, len(js.groups))
-		for gi, g := range js.groups {
-			if g == nil {
-				filtered[gi] = &targetgroup.Group{}
-				continue
-			}
-			filtered[gi] = &targetgroup.Group{Source: g.Source, Labels: g.Labels}
-		}
-		for _, e := range js.entries {
-			if e.reason != "" {
-				continue
-			}
-			// A key seen before in this pass (a duplicate target) was
-			// already decided.
-			_, active := owned[e.key]
-			_, held := waiting[e.key]
-			if rank, mine := cur.rankOf(e, buf); !active && !held && mine {
-				oldRank, wasOwned := f.owned[e.key]
-				w, wasWaiting := f.waiting[e.key]
-				wasWaiting = wasWaiting && w.rank == rank
-				_, wasKnown := f.known[e.key]
-				var moved, movedByOther bool
-				if !wasKnown && !wasOwned && !wasWaiting {
-					moved, movedByOther = movedFrom(e)
-				}
-				gained := false
-				// Only a Handoff makes a target wait: wasWaiting implies h != nil.
-				switch {
-				case wasOwned && oldRank == rank:
-					active = true
-				case wasWaiting && !w.fixed && isReleased():
-					active, gained = true, true
-				case wasWaiting && !now.Before(w.due) && !w.fixed && isContested():
-					waiting[e.key] = w // until Released or uncontested (Recheck)
-				case wasWaiting && !now.Before(w.due):
-					active, gained = true, true
-					timedOut++
-				case wasWaiting:
-					waiting[e.key] = w
-				case moved && movedByOther && h != nil:
-					// With a new configuration the peers' fences of it
-					// release the target; a key moved by discovery alone
-					// waits the whole delay.
-					waiting[e.key] = waitEntry{due: now.Add(delay), rank: rank, fixed: !cfgChanged}
-				case moved && !movedByOther && prev.participant:
-					// This node alone scraped it under its old key.
-					active = true
-				case h != nil && !isReleased():
-					// A peer may still be scraping it: wait until every
-					// peer has fenced this ring, or the delay.
-					waiting[e.key] = waitEntry{due: now.Add(delay), rank: rank}
-				default:
-					// Nobody else can be scraping it.
-					active = true
-					gained = wasKnown
-				}
-				if active {
-					owned[e.key] = rank
-					ownedSeries[e.key] = e.series
-					ownedURL[e.key] = e.url
-					if wasOwned && oldRank == rank && f.ownedURL[e.key] != e.url && f.ownedSeries[e.key] == e.series {
-						// Kept under a new URL: the scrape manager replaces
-						// the loop, and the new one continues the series.
-						if rescraped == nil {
-							rescraped = map[uint64]struct{}{}
-						}
-						rescraped[e.key] = struct{}{}
-					}
-					ownedByJob[job]++
-					if gained {
-						movedIn++
-					}
-					if h != nil && !(wasOwned && oldRank == rank) {
-						activated = append(activated, Unit{Key: e.key, Rank: rank})
-					}
-				}
-			}
-			if active {
-				g := filtered[e.group]
-				tl := js.groups[e.group].Targets[e.index]
-				if h != nil {
-					replica := ""
-					if e.mode == modeAll && cur.ring != nil {
-						replica = cur.self
-					}
-					tl = f.decorate(tl, Unit{Key: e.key, Rank: owned[e.key]}, cur.rf, replica)
-				}
-				g.Targets = append(g.Targets, tl)
-			}
-		}
-		out[job] = filtered
-		f.metrics.owned.WithLabelValues(job).Set(float64(ownedByJob[job]))
-	}
-
-	// Targets we scraped and that are still discovered but no longer ours
-	// are hand-offs; the rest simply went away.
-	var (
-		handoff map[uint64]struct{}
-		lost    []Unit
-	)
-	for k, r := range f.owned {
-		if nr, still := owned[k]; still && nr == r {
-			continue
-		}
-		changed = true
-		_, stillKnown := known[k]
-		// A key that went away while its series is still discovered under
-		// another key moved: it is handed off, not stopped.
-		s, hadSeries := f.ownedSeries[k]
-		nk, seriesKnown := series[s]
-		if stillKnown || (hadSeries && seriesKnown && nk != k) {
-			if handoff == nil {
-				handoff = map[uint64]struct{}{}
-			}
-			handoff[k] = struct{}{}
-			lost = append(lost, Unit{Key: k, Rank: r})
-		}
-	}
-	if movedIn > 0 || len(owned) != len(f.owned) {
-		changed = true
-	}
-	for _, w := range waiting {
-		// A contested target past its due waits for Recheck, not a timer.
-		if w.due.After(now) && (next.IsZero() || w.due.Before(next)) {
-			next = w.due
-		}
-	}
-	f.owned, f.waiting, f.known, f.applied = owned, waiting, known, cur
-	f.series, f.ownedSeries, f.ownedURL, f.appliedCfg = series, ownedSeries, ownedURL, cfgID
-	mgr := f.mgr
-	curID := f.cfgID
-	f.mu.Unlock()
-	if dropped && h != nil {
-		h.Configured(curID, 0)
-	}
-
-	if h != nil {
-		f.mu.Lock()
-		if f.work == nil {
-			f.work = &handoffWork{}
-		}
-		f.work.lost = append(f.work.lost, lost...)
-		f.work.activated = append(f.work.activated, activated...)
-		f.work.ring, f.work.config, f.work.participant = cur.ring, cfgID, cur.participant
-		f.mu.Unlock()
-		if timedOut > 0 {
-			f.metrics.gateTimeouts.Add(float64(timedOut))
-			f.logger.Warn("Started gained targets after --cluster.handoff-delay without every peer having fenced them",
-				"targets", timedOut, "delay", delay)
-		}
-	}
-
-	if ringChanged {
-		f.metrics.setRing(cur)
-	}
-
-	if len(handoff)+len(rescraped) > 0 && mgr != nil {
-		if handoff == nil {
-			handoff = map[uint64]struct{}{}
-		}
-		maps.Copy(handoff, rescraped)
-		f.disableStaleness(mgr, handoff)
-		for k := range rescraped {
-			delete(handoff, k)
-		}
-	}
-	f.metrics.movedIn.Add(float64(movedIn))
-	f.metrics.movedOut.Add(float64(len(handoff)))
-	if movedIn > 0 || len(handoff) > 0 {
-		f.logger.Info("Ring change moved targets",
-			"moved_in", movedIn, "moved_out", len(handoff), "waiting_for_handoff", len(waiting),
-			"owned", len(owned), "discovered", len(known), "ring_nodes", ringLen(cur.ring),
-			"participant", cur.participant)
-	} else if len(waiting) > 0 && ringChanged {
-		f.logger.Info("Ring change: holding gained targets back for hand-off",
-			"waiting_for_handoff", len(waiting), "delay", delay)
-	}
-	return out, changed, next
 }
 
 // dropPrevLocked forgets the kept configuration once the cluster places by

@@ -7,15 +7,20 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/model"
 
+	"github.com/shoal-dev/shoal/placement/gate"
 	"github.com/shoal-dev/shoal/ring"
 )
 
-// recordingHandoff is a Handoff whose Released answer the test sets; it
-// records the calls in order.
+// recordingHandoff is a Handoff whose Released and Contested answers the
+// test sets; it records the calls in order. Admit runs the placement
+// package's gate on those answers, as production does.
 type recordingHandoff struct {
+	gate      *gate.Gate // made at the first Admit, with reg
+	reg       *prometheus.Registry
+	changes   chan struct{} // Changes; made at the first use
 	mu        sync.Mutex
 	released  bool
 	contested bool
@@ -85,6 +90,89 @@ func (h *recordingHandoff) Configured(cur, prev uint64) {
 	h.configured = append(h.configured, [2]uint64{cur, prev})
 }
 
+// Changes is signalled by recheck. The test drives the view with SetRing:
+// View gives none.
+func (h *recordingHandoff) Changes() <-chan struct{} { return h.changesCh() }
+
+func (h *recordingHandoff) View() (View, uint64) { return View{}, 0 }
+
+func (h *recordingHandoff) changesCh() chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.changes == nil {
+		h.changes = make(chan struct{}, 1)
+	}
+	return h.changes
+}
+
+// recheck tells the Filter that the answers may have changed, as the
+// placement package does.
+func (h *recordingHandoff) recheck() {
+	select {
+	case h.changesCh() <- struct{}{}:
+	default:
+	}
+}
+
+// viewAnswers is what the gate asks of a test Handoff.
+type viewAnswers interface {
+	Released(r Placement, config uint64) bool
+	Contested(r Placement, config uint64) bool
+}
+
+// viewPeers answers the gate for one view.
+type viewPeers struct {
+	a      viewAnswers
+	r      Placement
+	config uint64
+}
+
+func (v viewPeers) Released() bool  { return v.a.Released(v.r, v.config) }
+func (v viewPeers) Contested() bool { return v.a.Contested(v.r, v.config) }
+
+func (h *recordingHandoff) Admit(now time.Time, r Placement, config uint64, cands []gate.Candidate) gate.Admission {
+	return h.admit(now, r, config, cands, h)
+}
+
+// admit runs the gate with a's answers (a type that embeds
+// recordingHandoff passes itself).
+func (h *recordingHandoff) admit(now time.Time, r Placement, config uint64, cands []gate.Candidate, a viewAnswers) gate.Admission {
+	h.mu.Lock()
+	if h.gate == nil {
+		h.reg = prometheus.NewRegistry()
+		g, err := gate.New(h.Delay(), nil, h.reg)
+		if err != nil {
+			panic(err)
+		}
+		h.gate = g
+	}
+	g := h.gate
+	h.mu.Unlock()
+	return g.Admit(now, config, cands, viewPeers{a: a, r: r, config: config})
+}
+
+// gateTimeouts is the gate's shoal_handoff_delay_expired_total.
+func (h *recordingHandoff) gateTimeouts(t *testing.T) float64 {
+	t.Helper()
+	h.mu.Lock()
+	reg := h.reg
+	h.mu.Unlock()
+	if reg == nil {
+		return 0
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "shoal_handoff_delay_expired_total" {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatal("shoal_handoff_delay_expired_total not registered")
+	return 0
+}
+
 func (h *recordingHandoff) set(released bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -142,9 +230,9 @@ func TestHandoffGatesGainedAndFencesLost(t *testing.T) {
 		}
 		ho.take()
 
-		// The peer fenced: a Recheck starts them, activated before passed on.
+		// The peer fenced: a recheck starts them, activated before passed on.
 		ho.set(true)
-		h.f.Recheck()
+		ho.recheck()
 		synctest.Wait()
 		calls, _, activated := ho.take()
 		if len(activated) != waiting || calls[0] != "activate" {
@@ -165,7 +253,7 @@ func TestHandoffGatesGainedAndFencesLost(t *testing.T) {
 				}
 			}
 		}
-		if v := testutil.ToFloat64(h.f.metrics.gateTimeouts); v != 0 {
+		if v := ho.gateTimeouts(t); v != 0 {
 			t.Fatalf("delay expired counted %v times", v)
 		}
 
@@ -197,7 +285,7 @@ func TestHandoffGatesGainedAndFencesLost(t *testing.T) {
 		if o, ok := readNow(t, h); !ok || count(o) != waiting {
 			t.Fatalf("not passed on after the hand-off delay: %v", ok)
 		}
-		if v := testutil.ToFloat64(h.f.metrics.gateTimeouts); v != float64(waiting) {
+		if v := ho.gateTimeouts(t); v != float64(waiting) {
 			t.Fatalf("shoal_handoff_delay_expired_total = %v, want %d", v, waiting)
 		}
 	})
@@ -236,7 +324,7 @@ func TestContestedTargetsWaitPastTheDelay(t *testing.T) {
 		before := refilters()
 		time.Sleep(10 * time.Second)
 		if n := refilters() - before; n != 0 {
-			t.Fatalf("%d re-filters in 10s without a Recheck: a timer spins on the overdue targets", n)
+			t.Fatalf("%d re-filters in 10s without a recheck: a timer spins on the overdue targets", n)
 		}
 		waiting := 0
 		for _, ti := range h.f.Targets() {
@@ -251,7 +339,7 @@ func TestContestedTargetsWaitPastTheDelay(t *testing.T) {
 		// The peer caught up with this placement, but has not fenced this
 		// view (another configuration): the delay, long past, starts them.
 		ho.contest(false)
-		h.f.Recheck()
+		ho.recheck()
 		synctest.Wait()
 		if _, _, activated := ho.take(); len(activated) != waiting {
 			t.Fatalf("activated %d units once uncontested, want %d", len(activated), waiting)
@@ -259,7 +347,7 @@ func TestContestedTargetsWaitPastTheDelay(t *testing.T) {
 		if o, ok := readNow(t, h); !ok || count(o) != waiting {
 			t.Fatalf("passed on %v once uncontested, want %d", count(o), waiting)
 		}
-		if v := testutil.ToFloat64(h.f.metrics.gateTimeouts); v != float64(waiting) {
+		if v := ho.gateTimeouts(t); v != float64(waiting) {
 			t.Fatalf("shoal_handoff_delay_expired_total = %v, want %d", v, waiting)
 		}
 	})

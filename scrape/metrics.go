@@ -17,9 +17,6 @@ type metrics struct {
 	movedOut   prometheus.Counter
 	ringTokens prometheus.Gauge
 	ownership  prometheus.Gauge
-	// gateTimeouts counts gained targets started by --cluster.handoff-delay
-	// rather than by every peer having fenced them.
-	gateTimeouts prometheus.Counter
 
 	group *promreg.Group // unregistered by Filter.Close
 }
@@ -52,12 +49,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "shoal_ring_ownership_ratio",
 			Help: "Share of the key space this node owns, counting replicas (about replication factor / participants).",
 		}),
-		gateTimeouts: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "shoal_handoff_delay_expired_total",
-			Help: "Gained targets started because --cluster.handoff-delay passed before every peer had fenced them.",
-		}),
 	}
-	g, err := promreg.Register(reg, m.discovered, m.owned, m.invalid, moved, m.ringTokens, m.ownership, m.gateTimeouts)
+	g, err := promreg.Register(reg, m.discovered, m.owned, m.invalid, moved, m.ringTokens, m.ownership)
 	if err != nil {
 		return nil, fmt.Errorf("scrape filter metrics: %w", err)
 	}

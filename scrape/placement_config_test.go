@@ -50,7 +50,7 @@ func TestPlacesByKeptConfigurationUntilClusterSwitches(t *testing.T) {
 		ho := &recordingHandoff{released: true}
 		mgr := &oneTargetMgr{}
 		h := startFilter(t, FilterOptions{RingCoalesce: -1, Handoff: ho}, mgr, cfg1)
-		h.f.SetPlacementConfig(id1)
+		h.f.setPlacementConfig(id1)
 		h.f.SetRing(both, "a", 1, true)
 		h.send(t, tsets{"app": {{Source: "s", Targets: []model.LabelSet{tl}}}, "added": {{Source: "s", Targets: []model.LabelSet{addr(5000)}}}})
 		if o, ok := readNow(t, h); !ok || count(o) != 1 {
@@ -83,7 +83,7 @@ func TestPlacesByKeptConfigurationUntilClusterSwitches(t *testing.T) {
 		}
 
 		// Every participant runs the new configuration: the cluster places by it.
-		h.f.SetPlacementConfig(id2)
+		h.f.setPlacementConfig(id2)
 		o, ok = readNow(t, h)
 		if !ok || count(tsets{"app": o["app"]}) != 0 {
 			t.Fatalf("target still owned after the switch moved its key to b: %v", o)
@@ -126,7 +126,7 @@ func TestKeptConfigurationIsTheOneTheClusterPlacesBy(t *testing.T) {
 		}
 	}
 	apply(0)
-	f.SetPlacementConfig(ids[0])
+	f.setPlacementConfig(ids[0])
 	apply(1)
 	if got := ho.configuredLast(); got != [2]uint64{ids[1], ids[0]} {
 		t.Fatalf("after the first change: %x", got)

@@ -9,12 +9,12 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/config"
 	"github.com/prometheus/prometheus/model/labels"
 	promscrape "github.com/prometheus/prometheus/scrape"
 
+	"github.com/shoal-dev/shoal/placement/gate"
 	"github.com/shoal-dev/shoal/ring"
 )
 
@@ -132,6 +132,10 @@ func (h *configHandoff) Released(_ Placement, config uint64) bool {
 	return config == h.released
 }
 
+func (h *configHandoff) Admit(now time.Time, r Placement, config uint64, cands []gate.Candidate) gate.Admission {
+	return h.admit(now, r, config, cands, h)
+}
+
 func (h *configHandoff) release(config uint64) {
 	h.cfgMu.Lock()
 	defer h.cfgMu.Unlock()
@@ -196,7 +200,7 @@ func TestReloadMovingKeyGatesNewOwner(t *testing.T) {
 			}
 			if peerFences {
 				ho.release(id2)
-				h.f.Recheck()
+				ho.recheck()
 			} else {
 				time.Sleep(2 * time.Second)
 			}
@@ -210,7 +214,7 @@ func TestReloadMovingKeyGatesNewOwner(t *testing.T) {
 			if !peerFences {
 				want = 1
 			}
-			if v := testutil.ToFloat64(h.f.metrics.gateTimeouts); v != want {
+			if v := ho.gateTimeouts(t); v != want {
 				t.Fatalf("shoal_handoff_delay_expired_total = %v, want %v", v, want)
 			}
 		}

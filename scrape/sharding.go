@@ -125,10 +125,10 @@ func (s ringState) rankOf(e entry, buf []string) (int, bool) {
 	return i, i >= 0
 }
 
-// SetKubeNodes tells the Filter which Kubernetes node each participant runs
+// setKubeNodes tells the Filter which Kubernetes node each participant runs
 // on (peer name to node name), for node-local targets. Like SetRing, calls
 // are coalesced.
-func (f *Filter) SetKubeNodes(byPeer map[string]string) {
+func (f *Filter) setKubeNodes(byPeer map[string]string) {
 	f.mu.Lock()
 	f.latest.kube = &kubeNodes{byPeer: byPeer}
 	f.mu.Unlock()

@@ -59,7 +59,7 @@ func TestShardingModes(t *testing.T) {
 		filters := map[string]*harness{}
 		for _, n := range names {
 			h := startFilter(t, FilterOptions{RingCoalesce: -1, ReplicaLabel: "replica", Handoff: &recordingHandoff{released: true}}, nil, cfg)
-			h.f.SetKubeNodes(kube)
+			h.f.setKubeNodes(kube)
 			h.f.SetRing(r, n, 1, true)
 			h.send(t, shardedTargets())
 			filters[n] = h
@@ -171,7 +171,7 @@ func TestNodeLocalReplicaReplaced(t *testing.T) {
 		for _, n := range []string{"a", "c", "b2"} {
 			hos[n] = &recordingHandoff{released: true}
 			hs[n] = startFilter(t, FilterOptions{RingCoalesce: -1, Handoff: hos[n]}, nil, cfg)
-			hs[n].f.SetKubeNodes(kube)
+			hs[n].f.setKubeNodes(kube)
 			hs[n].f.SetRing(withoutB, n, 1, n != "b2")
 			hs[n].send(t, disc)
 		}
@@ -201,7 +201,7 @@ func TestNodeLocalReplicaReplaced(t *testing.T) {
 			t.Fatalf("interim owner %s fenced %v, want the node-local target", interim, fenced)
 		}
 		hos["b2"].set(true)
-		hs["b2"].f.Recheck()
+		hos["b2"].recheck()
 		drain(hs["b2"])
 		if got := ownedAddrs(hs["b2"].f); len(got) != 1 {
 			t.Fatal("b2 does not scrape its node's target once released")
@@ -211,10 +211,10 @@ func TestNodeLocalReplicaReplaced(t *testing.T) {
 		kube["b3"] = "n2"
 		withB3 := ring.New([]string{"a", "c", "b2", "b3"}, 0)
 		h3 := startFilter(t, FilterOptions{RingCoalesce: -1, Handoff: &recordingHandoff{released: true}}, nil, cfg)
-		h3.f.SetKubeNodes(kube)
+		h3.f.setKubeNodes(kube)
 		h3.f.SetRing(withB3, "b3", 1, true)
 		h3.send(t, disc)
-		hs["b2"].f.SetKubeNodes(kube)
+		hs["b2"].f.setKubeNodes(kube)
 		hs["b2"].f.SetRing(withB3, "b2", 1, true)
 		drain(hs["b2"], h3)
 		if n := len(ownedAddrs(hs["b2"].f)) + len(ownedAddrs(h3.f)); n != 1 {

@@ -317,10 +317,11 @@ func runAgent(ctx context.Context, f *flags, reg *prometheus.Registry) error {
 	}
 	defer a.filter.Close()
 	if a.node != nil {
-		// Until the ring is known this node owns nothing; without this call the
-		// filter would behave as a single agent and scrape everything.
+		// Until the placement's first view this node owns nothing; without
+		// this call the filter would behave as a single agent and scrape
+		// everything. From then on the filter follows the placement's view
+		// (scrape.Handoff): placement never holds the filter.
 		a.filter.SetRing(ring.New(nil, f.tokens), f.nodeName, f.replicationFactor, false)
-		a.placement.SetFilter(a.filter)
 	}
 
 	if err := a.applyConfig(cfg, rwOpts); err != nil {

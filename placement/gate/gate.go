@@ -1,0 +1,242 @@
+// Package gate decides when a node starts the targets it gained in a
+// hand-off: at once, once every peer has fenced the view they were gained
+// under (released), or after --cluster.handoff-delay, unless a peer that
+// follows another placement may still scrape them (contested). It keeps
+// the gained targets that wait, their due times, and counts the delays
+// that expired.
+//
+// It is the placement package's decision, kept in a package of its own
+// that depends on nothing else in shoal but internal/promreg: the
+// placement Coordinator answers its questions about peers (Peers), and the
+// scrape filter, which computes the candidates from discovery and the
+// ring, applies its answers without knowing anything of peers. Being a
+// leaf, it can be tested rule by rule, and the scrape filter's own tests
+// can run it as it runs in production.
+package gate
+
+import (
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/shoal-dev/shoal/internal/promreg"
+)
+
+// Move tells whether a candidate's series was scraped before under another
+// key that is gone now (a reload or relabelling changed its URL), and by
+// whom.
+type Move uint8
+
+const (
+	// NotMoved: gained by a ring or view change, or discovered anew.
+	NotMoved Move = iota
+	// MovedHere: this node alone scraped it under its old key; it goes on
+	// scraping it under the new one at once.
+	MovedHere
+	// MovedFromPeer: a peer may still scrape it under its old key; it is a
+	// hand-off like any other.
+	MovedFromPeer
+)
+
+// Candidate is a target key this node owns under the current view and does
+// not scrape at this rank yet.
+type Candidate struct {
+	Key  uint64
+	Rank int
+	// Known: the key was discovered at the previous re-filter (a target a
+	// peer may scrape) rather than new.
+	Known bool
+	Move  Move
+}
+
+// Peers answers, for the view a set of candidates was gained under, what
+// the gate needs to know of the peers. Each answer is asked for at most
+// once per Admit.
+type Peers interface {
+	// Released: every peer that may still scrape targets gained under
+	// the view has fenced it.
+	Released() bool
+	// Contested: targets that waited out the delay without Released must
+	// wait on (a peer follows another placement generation). The caller
+	// asks again (a new Admit) when the answer may change.
+	Contested() bool
+}
+
+// Admission is the gate's answer to Admit.
+type Admission struct {
+	// Start[i] tells whether cands[i] starts now; the others wait.
+	Start []bool
+	// Next is when the earliest waiting candidate falls due (zero: none,
+	// or only contested ones past their due, which wait for a new Admit).
+	Next time.Time
+	// Waiting is how many candidates wait.
+	Waiting int
+}
+
+// Gate holds gained targets back until they may start. Create it with New.
+// It is safe for concurrent use, though one caller (the scrape filter's
+// re-filter) is expected.
+type Gate struct {
+	delay    time.Duration
+	logger   *slog.Logger
+	timeouts prometheus.Counter
+	group    *promreg.Group
+
+	mu sync.Mutex
+	// waiting are the candidates held back at the last Admit.
+	waiting map[uint64]wait
+	// config is the view's configuration at the last Admit: a candidate
+	// that moved under the same one moved by discovery alone.
+	config uint64
+}
+
+// wait is a held-back candidate.
+type wait struct {
+	due  time.Time
+	rank int
+	// fixed: only due ends the wait. A target whose key moved without a
+	// configuration change (discovery changed its URL) cannot be released
+	// by the peers' fences, which say nothing about discovery.
+	fixed bool
+}
+
+// New returns a Gate that holds gained targets back for at most delay
+// (--cluster.handoff-delay, which must be positive: the placement package
+// owns its default) and registers its metric on reg (nil: none; Close
+// unregisters it).
+func New(delay time.Duration, logger *slog.Logger, reg prometheus.Registerer) (*Gate, error) {
+	if delay <= 0 {
+		return nil, fmt.Errorf("hand-off gate: delay %v is not positive", delay)
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	g := &Gate{
+		delay:  delay,
+		logger: logger,
+		timeouts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "shoal_handoff_delay_expired_total",
+			Help: "Gained targets started because --cluster.handoff-delay passed before every peer had fenced them.",
+		}),
+		waiting: map[uint64]wait{},
+	}
+	grp, err := promreg.Register(reg, g.timeouts)
+	if err != nil {
+		return nil, fmt.Errorf("hand-off gate metrics: %w", err)
+	}
+	g.group = grp
+	return g, nil
+}
+
+// Close unregisters the metric.
+func (g *Gate) Close() { g.group.Unregister() }
+
+// Delay is the longest a gained target waits for Released.
+func (g *Gate) Delay() time.Duration { return g.delay }
+
+// Admit decides, at now, which of cands start. config identifies the view
+// they were gained under (its scrape configuration); peers answers for that
+// view. Every call replaces the set of waiting candidates: a key no longer
+// among cands stops waiting.
+func (g *Gate) Admit(now time.Time, config uint64, cands []Candidate, peers Peers) Admission {
+	p := &onceAnswers{peers: peers}
+	res := Admission{Start: make([]bool, len(cands))}
+	timedOut := 0
+	g.mu.Lock()
+	cfgChanged := config != g.config
+	waiting := make(map[uint64]wait)
+	for i, c := range cands {
+		var (
+			start, expired bool
+			w              wait
+		)
+		if old, ok := g.waiting[c.Key]; ok && old.rank == c.Rank {
+			w = old
+			start, expired = decideWaiting(old, now, p)
+		} else {
+			start, w = decideGained(c, now, g.delay, cfgChanged, p)
+		}
+		res.Start[i] = start
+		if expired {
+			timedOut++
+		}
+		if !start {
+			waiting[c.Key] = w
+			// A contested target past its due waits for a new Admit,
+			// not a timer.
+			if w.due.After(now) && (res.Next.IsZero() || w.due.Before(res.Next)) {
+				res.Next = w.due
+			}
+		}
+	}
+	g.waiting, g.config = waiting, config
+	res.Waiting = len(waiting)
+	g.mu.Unlock()
+	if timedOut > 0 {
+		g.timeouts.Add(float64(timedOut))
+		g.logger.Warn("Started gained targets after --cluster.handoff-delay without every peer having fenced them",
+			"targets", timedOut, "delay", g.delay)
+	}
+	return res
+}
+
+// decideWaiting is the rule for a candidate that already waits: it starts
+// once released (unless only its due may end the wait), or at its due
+// (expired) unless contested, in which case it waits on for a new Admit.
+func decideWaiting(w wait, now time.Time, p Peers) (start, expired bool) {
+	overdue := !now.Before(w.due)
+	switch {
+	case !w.fixed && p.Released():
+		return true, false
+	case overdue && !w.fixed && p.Contested():
+		return false, false
+	case overdue:
+		return true, true
+	default:
+		return false, false
+	}
+}
+
+// decideGained is the rule for a candidate that does not wait yet. A
+// target moved from a peer's key waits for that peer: with a new
+// configuration its fence of the view releases the target, a key moved by
+// discovery alone (cfgChanged false) waits the whole delay. One this node
+// alone scraped under its old key goes on at once. Any other waits until
+// every peer has fenced the view, unless they already have.
+func decideGained(c Candidate, now time.Time, delay time.Duration, cfgChanged bool, p Peers) (bool, wait) {
+	switch {
+	case c.Move == MovedFromPeer:
+		return false, wait{due: now.Add(delay), rank: c.Rank, fixed: !cfgChanged}
+	case c.Move == MovedHere:
+		return true, wait{}
+	case !p.Released():
+		return false, wait{due: now.Add(delay), rank: c.Rank}
+	default:
+		return true, wait{}
+	}
+}
+
+// onceAnswers asks each of peers' questions at most once.
+type onceAnswers struct {
+	peers               Peers
+	released, contested *bool
+}
+
+func (o *onceAnswers) Released() bool {
+	if o.released == nil {
+		r := o.peers.Released()
+		o.released = &r
+	}
+	return *o.released
+}
+
+func (o *onceAnswers) Contested() bool {
+	if o.contested == nil {
+		c := o.peers.Contested()
+		o.contested = &c
+	}
+	return *o.contested
+}
