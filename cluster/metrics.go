@@ -92,11 +92,11 @@ func newMetrics(reg prometheus.Registerer, clusterName string, lamport, health, 
 		}),
 		weightsStateBytes: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "shoal_cluster_weights_state_bytes",
-			Help: "Size of the per-target weights state this node last sent in a full state exchange (push/pull).",
+			Help: "Size of the weights state this node last sent in a push/pull: a summary of each publisher's version, or every weight set for a joining node.",
 		}),
 		weightsSends: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "shoal_cluster_weights_sends_total",
-			Help: "Weight sets this node sent to a peer when its published weights changed, by result (success, failure; a failure is repaired by the next push/pull).",
+			Help: "Weight messages this node sent to a peer (deltas of its published weights, requests for and answers with whole sets), by result (success, failure; a failure is repaired when the next delta or push/pull shows the peer is behind).",
 		}, []string{"result"}),
 		badWeights: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "shoal_cluster_bad_peer_weights_total",

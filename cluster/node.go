@@ -94,8 +94,10 @@ type Node struct {
 	readyTimer *time.Timer
 	cancel     context.CancelFunc
 	wg         sync.WaitGroup
-	// weightsSend signals sendWeightsLoop that ownWeights changed.
+	// weightsSend signals sendWeightsLoop that ownWeights changed or
+	// outbox has something.
 	weightsSend chan struct{}
+	outbox      weightsOutbox
 
 	// The cluster remembered between runs (snapshot.go, startupwait.go).
 	remembered   []string      // remembered members' addresses, joined on start
@@ -902,8 +904,9 @@ func (d *delegate) NotifyMsg(b []byte) { (*Node)(d).receiveWeights(b) }
 func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
 
 // LocalState and MergeRemoteState exchange the per-target weights of every
-// alive member in the periodic push/pull.
-func (d *delegate) LocalState(join bool) []byte { return (*Node)(d).localWeightsState() }
+// alive member in the periodic push/pull: whole for a joining node, else a
+// summary (weights.go).
+func (d *delegate) LocalState(join bool) []byte { return (*Node)(d).localWeightsState(join) }
 
 func (d *delegate) MergeRemoteState(buf []byte, join bool) {
 	if len(buf) > 0 {

@@ -23,14 +23,20 @@ type Load struct {
 // loads, Mirrokni, Thorup and Zadimoghaddam) of a set of weighted targets
 // on a ring. It is immutable and safe for concurrent use.
 //
-// Targets are placed one after the other, the heaviest first (by weight
-// class, a power of two) and in ascending key order within a class; each
-// goes to the first node met walking clockwise from its key (as Owners
-// walks) whose load plus the target's weight stays within c × rf × the mean
-// load, distinct from the owners it already has; a target that fits nowhere
-// goes to the least loaded node it does not have yet. The result depends only on
-// the ring and the set of (key, weight) pairs, never on their order, so
-// every node that has the same gossiped state computes the same owners.
+// Every target starts on the plain ring's owners (Ring.Owners). A node
+// whose load then exceeds c × rf × the mean sheds just enough replicas to
+// come within it, the lightest weight class (a power of two) first, in an
+// order fixed by a hash of the key within a class. The shed replicas are
+// placed the heaviest class first and in key order within a class, each on
+// the first node met walking clockwise from its key whose load plus the
+// target's weight stays within the limit, distinct from the owners it
+// already has; one that fits nowhere goes to the least loaded node it does
+// not have yet. A node under the limit therefore keeps exactly its ring
+// targets, and a join or a leave moves, beyond what the ring moves, only
+// the few replicas at the edge of a node's shed set (docs/BENCHMARKS.md,
+// "Placement designs"). The result depends only on the ring and the set of
+// (key, weight) pairs, never on their order, so every node that has the
+// same gossiped state computes the same owners.
 type Bounded struct {
 	ring   *Ring
 	rf     int
@@ -98,33 +104,116 @@ func NewBounded(r *Ring, targets []Load, c float64, rf int) *Bounded {
 	for i, t := range ts {
 		b.keys[i] = t.Key
 	}
-	// Heavy targets first (by weight class: a power of two), then by key
-	// within a class. The heavy ones fill the nodes while there is room
-	// everywhere, so when a join or a leave shifts the capacity the
-	// overflow that cascades along the order is made of light targets,
-	// which move few samples. Classes rather than exact weights keep the
-	// order itself from changing with every republished weight. ts is
-	// sorted by key, so ordering indexes by class then index is ordering
-	// by class then key.
-	order := make([]int32, len(ts))
-	class := make([]int, len(ts))
-	for i, t := range ts {
-		order[i] = int32(i)
-		class[i] = weightClass(t.Weight)
-	}
-	slices.SortFunc(order, func(x, y int32) int {
-		if c := cmp.Compare(class[y], class[x]); c != 0 {
+	b.ringOwners(ts, rf)
+	shed := b.shed(ts, rf)
+	// The shed replicas go, the heaviest class first and in key order
+	// within a class, each to the first node clockwise from its key with
+	// room: the heavy ones take the room while there is some, and a target
+	// that fits nowhere goes to the least loaded node.
+	slices.SortFunc(shed, func(x, y slot) int {
+		if c := cmp.Compare(weightClass(ts[y.i].Weight), weightClass(ts[x.i].Weight)); c != 0 {
 			return c
 		}
-		return cmp.Compare(x, y)
-	})
-	for _, i := range order {
-		o := b.owners[int(i)*b.rf : int(i)*b.rf+rf]
-		for k := range o {
-			o[k] = b.place(ts[i], o[:k])
+		if c := cmp.Compare(x.i, y.i); c != 0 {
+			return c
 		}
+		return cmp.Compare(x.rank, y.rank)
+	})
+	var have []int32
+	for _, e := range shed {
+		have = have[:0]
+		for _, o := range b.owners[int(e.i)*b.rf : int(e.i)*b.rf+rf] {
+			if o >= 0 {
+				have = append(have, o)
+			}
+		}
+		b.owners[int(e.i)*b.rf+int(e.rank)] = b.place(ts[e.i], have)
 	}
 	return b
+}
+
+// slot is one replica of target i: its rank among the target's owners.
+type slot struct{ i, rank int32 }
+
+// ringOwners gives every target the plain ring's rf owners and counts
+// their loads.
+func (b *Bounded) ringOwners(ts []Load, rf int) {
+	r := b.ring
+	for i, t := range ts {
+		o := b.owners[i*b.rf : i*b.rf+rf]
+		j, k := r.search(t.Key), 0
+		for steps := 0; steps < len(r.tokens) && k < rf; steps++ {
+			if x := r.owner[j]; !slices.Contains(o[:k], x) {
+				o[k] = x
+				k++
+			}
+			if j++; j == len(r.tokens) {
+				j = 0
+			}
+		}
+		for _, x := range o {
+			b.load[x] += t.Weight
+		}
+	}
+}
+
+// shed takes off every node above the limit just enough replicas to bring
+// it within, the lightest weight class first and in an order fixed by a
+// hash of the key within a class, and returns them (their owner set to -1).
+//
+// Why this order moves few samples when a node joins or leaves: a node's
+// shed replicas are a prefix of its own fixed order, so a small change of
+// its load or of the limit sheds or takes back only a few light replicas
+// at the end of the prefix, and a node under the limit keeps exactly the
+// plain ring's targets. The order is hashed rather than by key so that the
+// prefix is not one stretch of the ring that a joining node's tokens would
+// cut into.
+func (b *Bounded) shed(ts []Load, rf int) []slot {
+	n := len(b.load)
+	mine := make([][]slot, n)
+	for i := range ts {
+		for k := range rf {
+			if b.load[b.owners[i*b.rf+k]] > b.limit {
+				o := b.owners[i*b.rf+k]
+				mine[o] = append(mine[o], slot{int32(i), int32(k)})
+			}
+		}
+	}
+	var shed []slot
+	for o, es := range mine {
+		if len(es) == 0 {
+			continue
+		}
+		slices.SortFunc(es, func(x, y slot) int {
+			if c := cmp.Compare(weightClass(ts[x.i].Weight), weightClass(ts[y.i].Weight)); c != 0 {
+				return c
+			}
+			if c := cmp.Compare(shedRank(ts[x.i].Key), shedRank(ts[y.i].Key)); c != 0 {
+				return c
+			}
+			return cmp.Compare(x.rank, y.rank)
+		})
+		for _, e := range es {
+			if b.load[o] <= b.limit {
+				break
+			}
+			b.load[o] -= ts[e.i].Weight
+			b.owners[int(e.i)*b.rf+int(e.rank)] = -1
+			shed = append(shed, e)
+		}
+	}
+	return shed
+}
+
+// shedRank orders a node's targets for shedding: a mix of the key, so that
+// the order is unrelated to the key's position on the ring.
+func shedRank(key uint64) uint64 {
+	key ^= key >> 33
+	key *= 0xff51afd7ed558ccd
+	key ^= key >> 33
+	key *= 0xc4ceb9fe1a85ec53
+	key ^= key >> 33
+	return key
 }
 
 // weightClass is the binary exponent of w: weights within a factor of two

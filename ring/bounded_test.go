@@ -107,16 +107,16 @@ func TestBoundedSameOwnersOnEveryNode(t *testing.T) {
 
 // A join or a leave moves no more than the simulation says
 // (docs/BENCHMARKS.md, "Placement designs"): within 1.5/N of the samples up
-// to 30 nodes; at 100 skewed nodes the cascade costs 2.1–2.5/N (depending
-// on the keys and on which node leaves), so 3/N
-// is asserted there.
+// to 30 nodes and at 100 uniform nodes; at 100 skewed nodes the shed sets'
+// edges cost about 2.1/N (depending on the keys and on which node leaves),
+// so 3/N is asserted there.
 func TestBoundedJoinLeaveMovement(t *testing.T) {
 	for _, tc := range []struct {
 		nodes  int
 		skewed bool
 		limit  float64 // × 1/N
 	}{
-		{10, false, 1.5}, {10, true, 1.5}, {30, false, 1.5}, {30, true, 1.5}, {100, true, 3},
+		{10, false, 1.5}, {10, true, 1.5}, {30, false, 1.5}, {30, true, 1.5}, {100, false, 1.5}, {100, true, 3},
 	} {
 		t.Run(fmt.Sprintf("nodes=%d/skewed=%v", tc.nodes, tc.skewed), func(t *testing.T) {
 			ts := skewedLoads(10_000, 3, tc.skewed)

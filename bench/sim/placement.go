@@ -433,6 +433,8 @@ func newDesign(design string, ts []Target, names []string, c PlacementConfig) de
 		return newBounded(ts, names, c.Weights, c.BoundC, false)
 	case DesignBoundedLocal:
 		return newBounded(ts, names, c.Weights, c.BoundC, true)
+	case DesignBoundedSticky:
+		return newSticky(ts, names, c.Weights, c.BoundC)
 	}
 	panic("unknown design " + design)
 }
@@ -720,9 +722,11 @@ func PlacementReport(sizes []int, targets int, c PlacementConfig) string {
 		"measures its load and publishes new state for the next round. "+
 		"*weighted tokens*: `ring.NewWeighted`, each node's token count from its measured load (`sim.TokenPolicy`: the sum of its targets' smoothed loads, "+
 		"dead band ±%.0f%% of the mean, gain %.2f, step at most ×%.2f, %d–%d tokens). "+
-		"*bounded load*: `ring.NewBounded` on today's ring with c = %.2f (the heaviest weight class first, key order within a class, each target to the first node clockwise "+
-		"whose load stays within c × the mean) over the targets whose weights their owners published (`ring.WeightPolicy`: first published after %d measurements, "+
+		"*bounded load*: `ring.NewBounded` on today's ring with c = %.2f (every target starts on its ring owner; a node above c × the mean sheds its lightest targets "+
+		"until it is within, each to the first node clockwise with room) over the targets whose weights their owners published (`ring.WeightPolicy`: first published after %d measurements, "+
 		"smoothing %.2f, republished only when the estimate leaves ±%.0f%%). "+
+		"*remembering holders* is a prototype shoal does not run (`sim.DesignBoundedSticky`): the same weights and bound, but a target stays on the node that holds it, "+
+		"a node below the mean takes back its ring targets from holders above the mean, and the excess goes to the least loaded node. "+
 		"Balance is measured once converged, without noise; \"at once\" is the first round after the change, \"settled\" sums every move until the published state stops changing "+
 		"(leave averaged over %d different leaving nodes, so today's ring differs slightly from the ring table's average over 10); "+
 		"churn is one hour of steady state with every target's load redrawn every round within ±%.0f%%, and \"worst\" is the worst max/mean samples "+
@@ -740,7 +744,7 @@ func PlacementReport(sizes []int, targets int, c PlacementConfig) string {
 		b = fmt.Appendf(b, "**%s targets**\n\n", sh.name)
 		b = append(b, "| design | nodes | max/mean targets | max/mean samples | rounds to converge | samples moved on join: at once / settled (1/N) | on leave: at once / settled | rounds to settle | churn per hour | worst max/mean samples in the hour |\n"...)
 		b = append(b, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"...)
-		for _, d := range Designs {
+		for _, d := range append(slices.Clone(Designs), DesignBoundedSticky) {
 			for _, n := range sizes {
 				r := SimulatePlacement(d, n, ts, c)
 				b = fmt.Appendf(b, "| %s | %d | %.3f | %.3f | %s | %.2f%% / %.2f%% (%.2f%%) | %.2f%% / %.2f%% | %d | %.2f%% | %.3f |\n",

@@ -111,3 +111,24 @@ func TestPlacementReportSmoke(t *testing.T) {
 		}
 	}
 }
+
+// The prototype that remembers holders keeps the bound, is deterministic,
+// and on skewed load moves less on a join or leave than the stateless
+// bounded load (the reason to measure it).
+func TestBoundedStickyPrototype(t *testing.T) {
+	ts := Targets(3000, 100, 50, 0.02)
+	c := DefaultPlacementConfig()
+	c.HourRounds = 5
+	a := SimulatePlacement(DesignBoundedSticky, 30, ts, c)
+	if b := SimulatePlacement(DesignBoundedSticky, 30, ts, c); a != b {
+		t.Fatalf("two runs differ:\n%+v\n%+v", a, b)
+	}
+	t.Logf("%+v", a)
+	if a.MaxMeanSamples > c.BoundC+1e-9 || a.WorstNoisy > 1.15 {
+		t.Errorf("max/mean %.3f (worst under noise %.3f), bound %.2f", a.MaxMeanSamples, a.WorstNoisy, c.BoundC)
+	}
+	s := SimulatePlacement(DesignBounded, 30, ts, c)
+	if a.JoinSettled+a.LeaveSettled >= s.JoinSettled+s.LeaveSettled {
+		t.Errorf("remembering holders moved %.4f + %.4f, stateless %.4f + %.4f", a.JoinSettled, a.LeaveSettled, s.JoinSettled, s.LeaveSettled)
+	}
+}
