@@ -2,6 +2,7 @@ package ring
 
 import (
 	"cmp"
+	"maps"
 	"math"
 	"slices"
 )
@@ -105,30 +106,7 @@ func NewBounded(r *Ring, targets []Load, c float64, rf int) *Bounded {
 		b.keys[i] = t.Key
 	}
 	b.ringOwners(ts, rf)
-	shed := b.shed(ts, rf)
-	// The shed replicas go, the heaviest class first and in key order
-	// within a class, each to the first node clockwise from its key with
-	// room: the heavy ones take the room while there is some, and a target
-	// that fits nowhere goes to the least loaded node.
-	slices.SortFunc(shed, func(x, y slot) int {
-		if c := cmp.Compare(weightClass(ts[y.i].Weight), weightClass(ts[x.i].Weight)); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(x.i, y.i); c != 0 {
-			return c
-		}
-		return cmp.Compare(x.rank, y.rank)
-	})
-	var have []int32
-	for _, e := range shed {
-		have = have[:0]
-		for _, o := range b.owners[int(e.i)*b.rf : int(e.i)*b.rf+rf] {
-			if o >= 0 {
-				have = append(have, o)
-			}
-		}
-		b.owners[int(e.i)*b.rf+int(e.rank)] = b.place(ts[e.i], have)
-	}
+	b.placeShed(ts, rf, b.shed(ts, rf))
 	return b
 }
 
@@ -184,15 +162,7 @@ func (b *Bounded) shed(ts []Load, rf int) []slot {
 		if len(es) == 0 {
 			continue
 		}
-		slices.SortFunc(es, func(x, y slot) int {
-			if c := cmp.Compare(weightClass(ts[x.i].Weight), weightClass(ts[y.i].Weight)); c != 0 {
-				return c
-			}
-			if c := cmp.Compare(shedRank(ts[x.i].Key), shedRank(ts[y.i].Key)); c != 0 {
-				return c
-			}
-			return cmp.Compare(x.rank, y.rank)
-		})
+		sortShedOrder(ts, es)
 		for _, e := range es {
 			if b.load[o] <= b.limit {
 				break
@@ -203,6 +173,20 @@ func (b *Bounded) shed(ts []Load, rf int) []slot {
 		}
 	}
 	return shed
+}
+
+// sortShedOrder sorts replicas in the order a node sheds them: the
+// lightest weight class first, then by shedRank.
+func sortShedOrder(ts []Load, es []slot) {
+	slices.SortFunc(es, func(x, y slot) int {
+		if c := cmp.Compare(weightClass(ts[x.i].Weight), weightClass(ts[y.i].Weight)); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(shedRank(ts[x.i].Key), shedRank(ts[y.i].Key)); c != 0 {
+			return c
+		}
+		return cmp.Compare(x.rank, y.rank)
+	})
 }
 
 // shedRank orders a node's targets for shedding: a mix of the key, so that
@@ -223,8 +207,77 @@ func weightClass(w float64) int {
 	return exp
 }
 
-// place picks the owner of t's next replica given the owners it has.
-func (b *Bounded) place(t Load, have []int32) int32 {
+// placeShed places the shed replicas, the heaviest class first and in key
+// order within a class, each on the first node clockwise from its key with
+// room (fits). The heavy ones take the room while there is some. A replica
+// that fits nowhere takes the place of lighter replicas on the first node
+// clockwise where that makes room (evict), and those are placed again with
+// their class; only one that not even that places goes to the least
+// loaded node.
+func (b *Bounded) placeShed(ts []Load, rf int, shed []slot) {
+	byClass := map[int][]slot{}
+	for _, e := range shed {
+		c := weightClass(ts[e.i].Weight)
+		byClass[c] = append(byClass[c], e)
+	}
+	classes := slices.Sorted(maps.Keys(byClass))
+	var (
+		have   []int32
+		held   [][]slot // per node, built at the first eviction
+		budget = len(ts) * rf
+	)
+	for ci := len(classes) - 1; ci >= 0; ci-- {
+		c := classes[ci]
+		slices.SortFunc(byClass[c], func(x, y slot) int {
+			if c := cmp.Compare(x.i, y.i); c != 0 {
+				return c
+			}
+			return cmp.Compare(x.rank, y.rank)
+		})
+		// Evictions of this class are appended and placed in turn.
+		for k := 0; k < len(byClass[c]); k++ {
+			e := byClass[c][k]
+			t := ts[e.i]
+			have = have[:0]
+			for _, o := range b.owners[int(e.i)*b.rf : int(e.i)*b.rf+rf] {
+				if o >= 0 {
+					have = append(have, o)
+				}
+			}
+			o := b.fits(t, have)
+			if o < 0 {
+				if held == nil {
+					held = b.holdings(ts, rf)
+				}
+				// Replicas of its own class may make room too (with rf > 1 a
+				// replica can be barred from the only node with room), as
+				// many times as there are replicas, so that this ends.
+				upTo := c - 1
+				if budget > 0 {
+					upTo = c
+				}
+				var out []slot
+				o, out = b.evict(ts, e, have, held, upTo)
+				budget -= len(out)
+				for _, x := range out {
+					byClass[weightClass(ts[x.i].Weight)] = append(byClass[weightClass(ts[x.i].Weight)], x)
+				}
+			}
+			if o < 0 {
+				o = b.leastLoaded(have)
+			}
+			b.owners[int(e.i)*b.rf+int(e.rank)] = o
+			b.load[o] += t.Weight
+			if held != nil {
+				held[o] = append(held[o], e)
+			}
+		}
+	}
+}
+
+// fits returns the first node clockwise from t's key, not in have, whose
+// load plus t's weight stays within the limit; -1 if there is none.
+func (b *Bounded) fits(t Load, have []int32) int32 {
 	r := b.ring
 	start := r.search(t.Key)
 	for steps := range len(r.tokens) {
@@ -233,15 +286,92 @@ func (b *Bounded) place(t Load, have []int32) int32 {
 			j -= len(r.tokens)
 		}
 		o := r.owner[j]
-		if slices.Contains(have, o) {
-			continue
-		}
-		if b.load[o]+t.Weight <= b.limit {
-			b.load[o] += t.Weight
+		if !slices.Contains(have, o) && b.load[o]+t.Weight <= b.limit {
 			return o
 		}
 	}
-	// Nobody has room: the least loaded node, the first by name on a tie.
+	return -1
+}
+
+// holdings lists every node's replicas.
+func (b *Bounded) holdings(ts []Load, rf int) [][]slot {
+	held := make([][]slot, len(b.load))
+	for i := range ts {
+		for k := range rf {
+			if o := b.owners[i*b.rf+k]; o >= 0 {
+				held[o] = append(held[o], slot{int32(i), int32(k)})
+			}
+		}
+	}
+	return held
+}
+
+// evict finds the first node clockwise from e's key, not in have, on which
+// e fits once replicas of other targets of classes up to upTo leave, the
+// lightest class first in shed order; it takes them off (owner -1) and
+// returns the node and them. It returns -1 when no node has enough such
+// load.
+func (b *Bounded) evict(ts []Load, e slot, have []int32, held [][]slot, upTo int) (int32, []slot) {
+	r := b.ring
+	t := ts[e.i]
+	start := r.search(t.Key)
+	tried := make([]bool, len(b.load))
+	for steps := range len(r.tokens) {
+		j := start + steps
+		if j >= len(r.tokens) {
+			j -= len(r.tokens)
+		}
+		o := r.owner[j]
+		if tried[o] || slices.Contains(have, o) {
+			continue
+		}
+		tried[o] = true
+		var movable []slot
+		free := 0.0
+		for _, x := range held[o] {
+			if x.i != e.i && b.owners[int(x.i)*b.rf+int(x.rank)] == o && weightClass(ts[x.i].Weight) <= upTo {
+				movable = append(movable, x)
+				free += ts[x.i].Weight
+			}
+		}
+		if b.load[o]-free+t.Weight > b.limit {
+			continue
+		}
+		// Those that have somewhere else to go leave first, so that an
+		// eviction does not just bar the next replica the same way.
+		sortShedOrder(ts, movable)
+		slices.SortStableFunc(movable, func(x, y slot) int {
+			return cmp.Compare(b.nowhere(ts, x, o), b.nowhere(ts, y, o))
+		})
+		var out []slot
+		for _, x := range movable {
+			if b.load[o]+t.Weight <= b.limit {
+				break
+			}
+			b.load[o] -= ts[x.i].Weight
+			b.owners[int(x.i)*b.rf+int(x.rank)] = -1
+			out = append(out, x)
+		}
+		return o, out
+	}
+	return -1, nil
+}
+
+// nowhere is 1 when no node but o, among those that do not hold x's
+// target, has room for x; 0 otherwise.
+func (b *Bounded) nowhere(ts []Load, x slot, o int32) int {
+	own := b.owners[int(x.i)*b.rf : int(x.i+1)*b.rf]
+	for n := range int32(len(b.load)) {
+		if n != o && !slices.Contains(own, n) && b.load[n]+ts[x.i].Weight <= b.limit {
+			return 0
+		}
+	}
+	return 1
+}
+
+// leastLoaded is the least loaded node not in have, the first by name on a
+// tie.
+func (b *Bounded) leastLoaded(have []int32) int32 {
 	best := int32(-1)
 	for o := range int32(len(b.load)) {
 		if slices.Contains(have, o) {
@@ -251,7 +381,6 @@ func (b *Bounded) place(t Load, have []int32) int32 {
 			best = o
 		}
 	}
-	b.load[best] += t.Weight
 	return best
 }
 
