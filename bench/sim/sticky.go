@@ -10,9 +10,12 @@ import (
 // DesignBoundedSticky is a prototype that shoal does not run: bounded loads
 // that remember who holds each target (which every node could read from
 // the publishers of the gossiped weights). A target stays on its holder; a
-// node below the mean takes back its plain-ring targets from holders above
-// the mean; a node above c × the mean sheds its lightest targets (hashed
-// order within a weight class), each to the least loaded node. It is here
+// target whose holder is gone (a leave) goes to its plain-ring owner if that
+// stays within c × the mean, else to the least loaded node, so that a leave
+// moves the leaver's targets once and nothing else; a node below the mean
+// takes back its plain-ring targets from holders above the mean; a node
+// above c × the mean sheds its lightest targets (hashed order within a
+// weight class), each to the least loaded node. It is here
 // to measure how much a placement with memory saves on a join or a leave
 // against the stateless bounded load (docs/DESIGN.md, "Placement").
 const DesignBoundedSticky = "bounded load, remembering holders (prototype)"
@@ -80,7 +83,24 @@ func (s *stickySim) place() []int {
 		ringOwner[i] = idx[s.r.Primary(t.Key)]
 		h, ok := idx[s.holder[i]]
 		if !ok {
-			h = ringOwner[i]
+			hold[i] = -1
+			continue
+		}
+		hold[i] = h
+		load[h] += w[i]
+	}
+	for i := range s.ts {
+		if hold[i] >= 0 {
+			continue
+		}
+		h := ringOwner[i]
+		if load[h]+w[i] > s.c*mean {
+			h = 0
+			for o := range load {
+				if load[o] < load[h] {
+					h = o
+				}
+			}
 		}
 		hold[i] = h
 		load[h] += w[i]
