@@ -65,6 +65,31 @@ func NewBounded(r *Ring, targets []Load, c float64, rf int) *Bounded {
 	}
 	rf = min(rf, n)
 
+	ts := cleanLoads(targets)
+
+	total := 0.0
+	for _, t := range ts {
+		total += t.Weight
+	}
+	b.limit = c * float64(rf) * total / float64(n)
+	b.keys = make([]uint64, len(ts))
+	b.owners = make([]int32, len(ts)*b.rf)
+	for i := range b.owners {
+		b.owners[i] = -1
+	}
+	b.load = make([]float64, n)
+	for i, t := range ts {
+		b.keys[i] = t.Key
+	}
+	b.ringOwners(ts, rf)
+	b.placeShed(ts, rf, b.shed(ts, rf))
+	return b
+}
+
+// cleanLoads returns targets sorted by key, a key given twice with its
+// largest weight, and a non-positive or non-finite weight replaced by the
+// mean of the valid ones (1 when there are none).
+func cleanLoads(targets []Load) []Load {
 	ts := slices.Clone(targets)
 	valid, cnt := 0.0, 0
 	for _, t := range ts {
@@ -90,24 +115,7 @@ func NewBounded(r *Ring, targets []Load, c float64, rf int) *Bounded {
 		return cmp.Compare(b.Weight, a.Weight)
 	})
 	ts = slices.CompactFunc(ts, func(a, b Load) bool { return a.Key == b.Key })
-
-	total := 0.0
-	for _, t := range ts {
-		total += t.Weight
-	}
-	b.limit = c * float64(rf) * total / float64(n)
-	b.keys = make([]uint64, len(ts))
-	b.owners = make([]int32, len(ts)*b.rf)
-	for i := range b.owners {
-		b.owners[i] = -1
-	}
-	b.load = make([]float64, n)
-	for i, t := range ts {
-		b.keys[i] = t.Key
-	}
-	b.ringOwners(ts, rf)
-	b.placeShed(ts, rf, b.shed(ts, rf))
-	return b
+	return ts
 }
 
 // slot is one replica of target i: its rank among the target's owners.
