@@ -302,6 +302,7 @@ func New(opts Options, cl Cluster, fence Fencer, w WAL, remote Remote, logger *s
 	}
 	if opts.Placement == ModeBounded {
 		c.weigher = newWeigher(opts.WeightPolicy, opts.WeightPeriod, func() time.Time { return c.now() })
+		c.weigher.sticky = opts.ReplicationFactor <= 1
 	}
 	if opts.Backlogs != nil {
 		c.holdForCarried(opts.Backlogs.Carried())
@@ -407,13 +408,19 @@ func buildRing(peers []cluster.Peer, tokens int) *ring.Ring {
 }
 
 // buildBounded places the published weights u on the participants' ring
-// with bounded loads. Its generation covers the participants and the
-// weights, so a weight change alone is a new generation to hand off.
-func buildBounded(peers []cluster.Peer, tokens, rf int, u map[uint64]float64, digest uint64) *bounded {
+// with bounded loads: with holders (replication factor 1) keeping each
+// target on the node that publishes it (ring.NewSticky), otherwise from
+// the ring's owners (ring.NewBounded). Its generation covers the
+// participants, the weights and the holders, so a change of either alone
+// is a new generation to hand off.
+func buildBounded(peers []cluster.Peer, tokens, rf int, u map[uint64]float64, holders map[uint64][]string, digest uint64) *bounded {
 	r := buildRing(peers, tokens)
 	id := ringID(r) ^ (digest * 0x9e3779b97f4a7c15)
 	if id == 0 {
 		id = 1
+	}
+	if holders != nil {
+		return &bounded{Bounded: ring.NewSticky(r, loads(u), holders, 0), id: id}
 	}
 	return &bounded{Bounded: ring.NewBounded(r, loads(u), 0, rf), id: id}
 }
@@ -534,13 +541,14 @@ func (c *Coordinator) updateOnce() bool {
 		}
 	}
 	var (
-		sets   map[string]cluster.NodeWeights
-		u      map[uint64]float64
-		digest uint64
+		sets    map[string]cluster.NodeWeights
+		u       map[uint64]float64
+		holders map[uint64][]string
+		digest  uint64
 	)
 	if c.weigher != nil {
 		sets = c.cl.Weights()
-		u, digest = c.weigher.union(sets)
+		u, holders, digest = c.weigher.union(sets)
 		key += fmt.Sprintf("\xff%016x", digest)
 	}
 	c.mu.Lock()
@@ -559,7 +567,7 @@ func (c *Coordinator) updateOnce() bool {
 	}
 	var r scrape.Placement
 	if c.weigher != nil {
-		b := buildBounded(peers, c.opts.Tokens, c.opts.ReplicationFactor, u, digest)
+		b := buildBounded(peers, c.opts.Tokens, c.opts.ReplicationFactor, u, holders, digest)
 		c.metrics.setPlaced(b, c.opts.NodeName, len(u))
 		c.logger.Debug("New bounded-load placement", "generation", fmt.Sprintf("%016x", b.id), "placed", len(u), "weights", fmt.Sprintf("%016x", digest), "participants", b.Nodes(), "sets", setsSummary(sets))
 		r = b

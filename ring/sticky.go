@@ -29,7 +29,8 @@ import (
 //     order): a joiner fills from the nodes that have the most to give.
 //  4. A node above c × the mean sheds its lightest targets (weight class,
 //     then the hashed order) until it is within, and each goes, the
-//     heaviest class first, to the least loaded node.
+//     heaviest class first, to the least loaded node if it fits there
+//     within c × the mean; one that fits nowhere stays.
 //
 // Against NewBounded, which recomputes every shed set from the ring, this
 // moves on a join or a leave little more than the joiner's fill or the
@@ -97,14 +98,19 @@ func NewSticky(r *Ring, targets []Load, holders map[uint64][]string, c float64) 
 		if h := b.owners[e.i]; b.load[h] > b.limit {
 			b.load[h] -= ts[e.i].Weight
 			b.owners[e.i] = -1
-			shed = append(shed, e)
+			shed = append(shed, slot{i: e.i, rank: h}) // rank: where it was
 		}
 	}
 	slices.SortStableFunc(shed, func(x, y slot) int {
 		return cmp.Compare(weightClass(ts[y.i].Weight), weightClass(ts[x.i].Weight))
 	})
 	for _, e := range shed {
+		// One that fits nowhere stays where it was: moving it would only
+		// push another node over, and back again on the next placement.
 		o := b.leastLoaded(nil)
+		if b.load[o]+ts[e.i].Weight > b.limit {
+			o = e.rank
+		}
 		b.owners[e.i] = o
 		b.load[o] += ts[e.i].Weight
 	}

@@ -112,10 +112,10 @@ func TestPlacementReportSmoke(t *testing.T) {
 	}
 }
 
-// The prototype that remembers holders keeps the bound, is deterministic,
+// The placement that remembers holders keeps the bound, is deterministic,
 // and on skewed load moves less on a join or leave than the stateless
 // bounded load (the reason to measure it).
-func TestBoundedStickyPrototype(t *testing.T) {
+func TestBoundedStickyKeepsBoundAndMovesLess(t *testing.T) {
 	ts := Targets(3000, 100, 50, 0.02)
 	c := DefaultPlacementConfig()
 	c.HourRounds = 5
@@ -134,11 +134,11 @@ func TestBoundedStickyPrototype(t *testing.T) {
 }
 
 // Issue 24's movement goals at 100 nodes and 10,000 targets (the report's
-// setup): the prototype that remembers holders moves at most 1.5/N of the
+// setup): the placement that remembers holders (replication factor 1) moves at most 1.5/N of the
 // samples on a join or a leave with skewed load and 1.1/N with uniform
 // load, within the 1.10 bound. A leave moves exactly the leaver's targets,
 // which with uniform load is 1.1/N when the leaver sits at the limit.
-func TestBoundedStickyPrototypeMeetsMovementGoals(t *testing.T) {
+func TestBoundedStickyMeetsMovementGoals(t *testing.T) {
 	if testing.Short() {
 		t.Skip("100 nodes")
 	}

@@ -6,18 +6,18 @@ import (
 	"github.com/shoal-dev/shoal/ring"
 )
 
-// DesignBoundedSticky is a prototype that shoal does not run: bounded loads
-// that remember who holds each target (which every node could read from
-// the publishers of the gossiped weights). A target stays on its holder; a
-// target whose holder is gone (a leave) goes to its plain-ring owner if that
-// stays within c × the mean, else to the least loaded node, so that a leave
-// moves the leaver's targets once and nothing else; a node below the mean
-// takes back its plain-ring targets from holders above the mean; a node
-// above c × the mean sheds its lightest targets (hashed order within a
-// weight class), each to the least loaded node. It is here
-// to measure how much a placement with memory saves on a join or a leave
-// against the stateless bounded load (docs/DESIGN.md, "Placement").
-const DesignBoundedSticky = "bounded load, remembering holders (prototype)"
+// DesignBoundedSticky is what shoal's bounded placement runs with
+// replication factor 1: ring.NewSticky, bounded loads that remember who
+// holds each target (every node reads it from the publishers of the
+// gossiped weights). A target stays on its holder; one whose holder is gone
+// (a leave) goes to its plain-ring owner if that stays within c × the mean,
+// else to the least loaded node; a node below the mean takes back its
+// plain-ring targets from holders above the mean; a node above c × the mean
+// sheds its lightest targets to the least loaded node. For one round after
+// a target changes hands its old holder still publishes it (as placement's
+// weigher keeps a lost target until the new owner publishes it), and the
+// placement then picks between the two as ring.NewSticky does.
+const DesignBoundedSticky = "bounded load, remembering holders"
 
 type stickySim struct {
 	*boundedSim
