@@ -411,18 +411,23 @@ func buildRing(peers []cluster.Peer, tokens int) *ring.Ring {
 // with bounded loads: with holders (replication factor 1) keeping each
 // target on the node that publishes it (ring.NewSticky), otherwise from
 // the ring's owners (ring.NewBounded). Its generation covers the
-// participants, the weights and the holders, so a change of either alone
-// is a new generation to hand off.
-func buildBounded(peers []cluster.Peer, tokens, rf int, u map[uint64]float64, holders map[uint64][]string, digest uint64) *bounded {
+// participants and the owners it gives the placed keys, not the weights or
+// holders they came from: a publication that moves nothing (a new holder
+// publishing a target, its old one dropping it) is no new generation to
+// hand off.
+func buildBounded(peers []cluster.Peer, tokens, rf int, u map[uint64]float64, holders map[uint64][]string) *bounded {
 	r := buildRing(peers, tokens)
-	id := ringID(r) ^ (digest * 0x9e3779b97f4a7c15)
+	var b *ring.Bounded
+	if holders != nil {
+		b = ring.NewSticky(r, loads(u), holders, 0)
+	} else {
+		b = ring.NewBounded(r, loads(u), 0, rf)
+	}
+	id := ringID(r) ^ (b.Digest() * 0x9e3779b97f4a7c15)
 	if id == 0 {
 		id = 1
 	}
-	if holders != nil {
-		return &bounded{Bounded: ring.NewSticky(r, loads(u), holders, 0), id: id}
-	}
-	return &bounded{Bounded: ring.NewBounded(r, loads(u), 0, rf), id: id}
+	return &bounded{Bounded: b, id: id}
 }
 
 // Run follows membership until ctx is done: it promotes this node from
@@ -567,7 +572,7 @@ func (c *Coordinator) updateOnce() bool {
 	}
 	var r scrape.Placement
 	if c.weigher != nil {
-		b := buildBounded(peers, c.opts.Tokens, c.opts.ReplicationFactor, u, holders, digest)
+		b := buildBounded(peers, c.opts.Tokens, c.opts.ReplicationFactor, u, holders)
 		c.metrics.setPlaced(b, c.opts.NodeName, len(u))
 		c.logger.Debug("New bounded-load placement", "generation", fmt.Sprintf("%016x", b.id), "placed", len(u), "weights", fmt.Sprintf("%016x", digest), "participants", b.Nodes(), "sets", setsSummary(sets))
 		r = b

@@ -30,7 +30,9 @@ import (
 //  4. A node above c × the mean sheds its lightest targets (weight class,
 //     then the hashed order) until it is within, and each goes, the
 //     heaviest class first, to the least loaded node if it fits there
-//     within c × the mean; one that fits nowhere stays.
+//     within c × the mean, else to the least loaded node where it fits
+//     once lighter targets leave (they are placed the same way); one
+//     that fits nowhere even so stays.
 //
 // Against NewBounded, which recomputes every shed set from the ring, this
 // moves on a join or a leave little more than the joiner's fill or the
@@ -104,17 +106,64 @@ func NewSticky(r *Ring, targets []Load, holders map[uint64][]string, c float64) 
 	slices.SortStableFunc(shed, func(x, y slot) int {
 		return cmp.Compare(weightClass(ts[y.i].Weight), weightClass(ts[x.i].Weight))
 	})
-	for _, e := range shed {
-		// One that fits nowhere stays where it was: moving it would only
-		// push another node over, and back again on the next placement.
+	for k := 0; k < len(shed); k++ {
+		e := shed[k]
 		o := b.leastLoaded(nil)
 		if b.load[o]+ts[e.i].Weight > b.limit {
-			o = e.rank
+			// Room made by lighter targets, which are placed in turn; one
+			// that fits nowhere even so stays where it was: moving it would
+			// only push another node over, and back again.
+			var out []slot
+			if o, out = b.makeRoom(ts, e); o < 0 {
+				o = e.rank
+			}
+			shed = append(shed, out...)
 		}
 		b.owners[e.i] = o
 		b.load[o] += ts[e.i].Weight
 	}
 	return b
+}
+
+// makeRoom finds the least loaded node (other than where e was) on which
+// e fits once targets of lighter classes leave, takes them off it, the
+// lightest first in shed order, and returns the node and them (each with
+// the node as where it was); -1 when there is no such node.
+func (b *Bounded) makeRoom(ts []Load, e slot) (int32, []slot) {
+	c := weightClass(ts[e.i].Weight)
+	nodes := make([]int32, len(b.load))
+	for o := range nodes {
+		nodes[o] = int32(o)
+	}
+	slices.SortStableFunc(nodes, func(x, y int32) int { return cmp.Compare(b.load[x], b.load[y]) })
+	for _, o := range nodes {
+		if o == e.rank {
+			continue
+		}
+		var lighter []slot
+		free := 0.0
+		for i, h := range b.owners {
+			if h == o && weightClass(ts[i].Weight) < c {
+				lighter = append(lighter, slot{i: int32(i), rank: o})
+				free += ts[i].Weight
+			}
+		}
+		if b.load[o]-free+ts[e.i].Weight > b.limit {
+			continue
+		}
+		sortShedOrder(ts, lighter)
+		var out []slot
+		for _, x := range lighter {
+			if b.load[o]+ts[e.i].Weight <= b.limit {
+				break
+			}
+			b.load[o] -= ts[x.i].Weight
+			b.owners[x.i] = -1
+			out = append(out, x)
+		}
+		return o, out
+	}
+	return -1, nil
 }
 
 // holderOf picks the holder among the nodes that say they hold a target
