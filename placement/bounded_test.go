@@ -397,9 +397,8 @@ func TestBoundedWeightsSurviveCrashWithinGrace(t *testing.T) {
 	})
 }
 
-// A node that loses a target (here: it is above the limit and sheds it)
-// keeps publishing it until the new owner does, so the placed set never
-// lacks it.
+// A node that loses a target (here: a weight change moves it) keeps
+// publishing it until the new owner does, so the placed set never lacks it.
 func TestBoundedLostTargetStaysPublishedUntilNewOwnerPublishes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := start(t, Options{Placement: ModeBounded, Tokens: 64})
@@ -407,36 +406,40 @@ func TestBoundedLostTargetStaysPublishedUntilNewOwnerPublishes(t *testing.T) {
 		h.cl.setPeer(participant("b", cluster.Watermarks{}))
 		synctest.Wait()
 		p, _, _ := h.filter.last()
+		var key uint64
 		if !slices.Contains(p.Nodes(), "a") {
 			t.Fatalf("a is not placed on: %v", p.Nodes())
 		}
-		// a measures two targets of its ring: it carries 200 against a
-		// limit of 1.10 × 100, so it sheds one of them to b.
-		var mine []uint64
-		for k := uint64(1); len(mine) < 2; k += 1 << 56 {
+		for k := uint64(1); key == 0; k += 1 << 56 {
 			if o := p.Owners(k, 1, nil); o[0] == "a" {
-				mine = append(mine, k)
-			}
-		}
-		for range 12 {
-			for _, k := range mine {
-				h.c.Measured(scrape.Unit{Key: k}, 100, time.Second)
-			}
-		}
-		time.Sleep(DefaultWeightPeriod)
-		synctest.Wait()
-		p, _, _ = h.filter.last()
-		var key uint64
-		for _, k := range mine {
-			if w := h.cl.Weights()["a"].Weights[k]; w != 100 {
-				t.Fatalf("a publishes %v for its target %x, want 100", w, k)
-			}
-			if o := p.Owners(k, 1, nil); o[0] == "b" {
 				key = k
 			}
 		}
-		if key == 0 {
-			t.Fatal("neither target moved to b")
+		for range 12 {
+			h.c.Measured(scrape.Unit{Key: key}, 100, time.Second)
+		}
+		time.Sleep(DefaultWeightPeriod)
+		synctest.Wait()
+		if w := h.cl.Weights()["a"].Weights[key]; w != 100 {
+			t.Fatalf("a publishes %v for its target, want 100", w)
+		}
+		// b publishes three heavy targets whose ring owner is a: a is full
+		// after the first two (the third fits nowhere and goes to the less
+		// loaded a), so key moves to b by a weight change alone.
+		heavy := map[uint64]float64{}
+		for k := uint64(3); len(heavy) < 3; k += 1 << 54 {
+			if o := p.Owners(k, 1, nil); o[0] == "a" && k != key {
+				heavy[k] = 1000
+			}
+		}
+		h.cl.setWeights("b", cluster.NodeWeights{Version: 1, Weights: heavy})
+		synctest.Wait()
+		p, _, _ = h.filter.last()
+		if o := p.Owners(key, 1, nil); o[0] != "b" {
+			t.Fatalf("key %x owned by %v after the weight change, want b", key, o)
+		}
+		if _, ok := h.cl.Weights()["a"].Weights[key]; !ok {
+			t.Fatal("a dropped a lost target before its new owner published it")
 		}
 		// Another old owner (terminating c) publishing it too is no reason
 		// to drop it: c would drop it for the same reason, and it would
@@ -447,7 +450,8 @@ func TestBoundedLostTargetStaysPublishedUntilNewOwnerPublishes(t *testing.T) {
 		if _, ok := h.cl.Weights()["a"].Weights[key]; !ok {
 			t.Fatal("a dropped a lost target because another old owner publishes it")
 		}
-		h.cl.setWeights("b", cluster.NodeWeights{Version: 2, Weights: map[uint64]float64{key: 100}})
+		heavy[key] = 100
+		h.cl.setWeights("b", cluster.NodeWeights{Version: 2, Weights: heavy})
 		synctest.Wait()
 		if _, ok := h.cl.Weights()["a"].Weights[key]; ok {
 			t.Fatal("a still publishes a target its new owner publishes")

@@ -302,7 +302,6 @@ func New(opts Options, cl Cluster, fence Fencer, w WAL, remote Remote, logger *s
 	}
 	if opts.Placement == ModeBounded {
 		c.weigher = newWeigher(opts.WeightPolicy, opts.WeightPeriod, func() time.Time { return c.now() })
-		c.weigher.sticky = opts.ReplicationFactor <= 1
 	}
 	if opts.Backlogs != nil {
 		c.holdForCarried(opts.Backlogs.Carried())
@@ -408,26 +407,15 @@ func buildRing(peers []cluster.Peer, tokens int) *ring.Ring {
 }
 
 // buildBounded places the published weights u on the participants' ring
-// with bounded loads: with holders (replication factor 1) keeping each
-// target on the node that publishes it (ring.NewSticky), otherwise from
-// the ring's owners (ring.NewBounded). Its generation covers the
-// participants and the owners it gives the placed keys, not the weights or
-// holders they came from: a publication that moves nothing (a new holder
-// publishing a target, its old one dropping it) is no new generation to
-// hand off.
-func buildBounded(peers []cluster.Peer, tokens, rf int, u map[uint64]float64, holders map[uint64][]string) *bounded {
+// with bounded loads. Its generation covers the participants and the
+// weights, so a weight change alone is a new generation to hand off.
+func buildBounded(peers []cluster.Peer, tokens, rf int, u map[uint64]float64, digest uint64) *bounded {
 	r := buildRing(peers, tokens)
-	var b *ring.Bounded
-	if holders != nil {
-		b = ring.NewSticky(r, loads(u), holders, 0)
-	} else {
-		b = ring.NewBounded(r, loads(u), 0, rf)
-	}
-	id := ringID(r) ^ (b.Digest() * 0x9e3779b97f4a7c15)
+	id := ringID(r) ^ (digest * 0x9e3779b97f4a7c15)
 	if id == 0 {
 		id = 1
 	}
-	return &bounded{Bounded: b, id: id}
+	return &bounded{Bounded: ring.NewBounded(r, loads(u), 0, rf), id: id}
 }
 
 // Run follows membership until ctx is done: it promotes this node from
@@ -546,14 +534,13 @@ func (c *Coordinator) updateOnce() bool {
 		}
 	}
 	var (
-		sets    map[string]cluster.NodeWeights
-		u       map[uint64]float64
-		holders map[uint64][]string
-		digest  uint64
+		sets   map[string]cluster.NodeWeights
+		u      map[uint64]float64
+		digest uint64
 	)
 	if c.weigher != nil {
 		sets = c.cl.Weights()
-		u, holders, digest = c.weigher.union(sets)
+		u, digest = c.weigher.union(sets)
 		key += fmt.Sprintf("\xff%016x", digest)
 	}
 	c.mu.Lock()
@@ -572,7 +559,7 @@ func (c *Coordinator) updateOnce() bool {
 	}
 	var r scrape.Placement
 	if c.weigher != nil {
-		b := buildBounded(peers, c.opts.Tokens, c.opts.ReplicationFactor, u, holders)
+		b := buildBounded(peers, c.opts.Tokens, c.opts.ReplicationFactor, u, digest)
 		c.metrics.setPlaced(b, c.opts.NodeName, len(u))
 		c.logger.Debug("New bounded-load placement", "generation", fmt.Sprintf("%016x", b.id), "placed", len(u), "weights", fmt.Sprintf("%016x", digest), "participants", b.Nodes(), "sets", setsSummary(sets))
 		r = b

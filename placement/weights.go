@@ -77,9 +77,6 @@ type weigher struct {
 	seen     map[string]cluster.NodeWeights
 	departed map[string]departedSet // by name + "\xff" + incarnation
 	placed   map[uint64]float64     // the union last placed
-	// sticky: the placement keeps targets on their holders (the nodes that
-	// publish them), so union returns them and its digest covers them.
-	sticky bool
 }
 
 func newWeigher(p ring.WeightPolicy, period time.Duration, now func() time.Time) *weigher {
@@ -135,10 +132,8 @@ const adoptedStale = 10 * time.Minute
 // node's included) with the departed ones still in their grace period. A
 // key published twice (an old owner that has not dropped it yet) keeps its
 // largest weight, as ring.NewBounded does, so the order of arrival never
-// matters. It returns the union, with sticky the holders of its keys (the
-// alive nodes that publish each; a departed set holds nothing), and one
-// digest of both.
-func (w *weigher) union(sets map[string]cluster.NodeWeights) (map[uint64]float64, map[uint64][]string, uint64) {
+// matters. It returns the union and its digest.
+func (w *weigher) union(sets map[string]cluster.NodeWeights) (map[uint64]float64, uint64) {
 	now := w.now()
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -181,38 +176,7 @@ func (w *weigher) union(sets map[string]cluster.NodeWeights) (map[uint64]float64
 	for _, d := range w.departed {
 		add(d.weights)
 	}
-	if !w.sticky {
-		return u, nil, digest(u)
-	}
-	h := holders(sets)
-	return u, h, digest(u) ^ holdersDigest(h)
-}
-
-// holders lists, per key, the nodes whose sets publish it, sorted.
-func holders(sets map[string]cluster.NodeWeights) map[uint64][]string {
-	out := map[uint64][]string{}
-	for _, name := range slices.Sorted(maps.Keys(sets)) {
-		for k := range sets[name].Weights {
-			out[k] = append(out[k], name)
-		}
-	}
-	return out
-}
-
-// holdersDigest identifies the holders, independent of map order.
-func holdersDigest(h map[uint64][]string) uint64 {
-	var d xxhash.Digest
-	d.Reset()
-	var b [8]byte
-	for _, k := range slices.Sorted(maps.Keys(h)) {
-		binary.LittleEndian.PutUint64(b[:], k)
-		_, _ = d.Write(b[:])
-		for _, n := range h[k] {
-			_, _ = d.WriteString(n)
-			_, _ = d.Write([]byte{0xff})
-		}
-	}
-	return d.Sum64()
+	return u, digest(u)
 }
 
 func departedKey(name string, inc int64) string {

@@ -2,12 +2,9 @@ package ring
 
 import (
 	"cmp"
-	"encoding/binary"
 	"maps"
 	"math"
 	"slices"
-
-	"github.com/cespare/xxhash/v2"
 )
 
 // DefaultLoadBound is the capacity factor c of NewBounded when it is given
@@ -467,27 +464,6 @@ func (b *Bounded) Load(node string) float64 {
 		return 0
 	}
 	return b.load[i]
-}
-
-// Digest identifies the placed keys and their owners (as indexes into
-// Nodes): two placements on the same nodes with the same digest give every
-// key the same owners, whatever weights or holders they came from.
-func (b *Bounded) Digest() uint64 {
-	if b == nil {
-		return 0
-	}
-	var d xxhash.Digest
-	d.Reset()
-	var buf [8]byte
-	for i, k := range b.keys {
-		binary.LittleEndian.PutUint64(buf[:], k)
-		_, _ = d.Write(buf[:])
-		for _, o := range b.owners[i*b.rf : (i+1)*b.rf] {
-			binary.LittleEndian.PutUint32(buf[:4], uint32(o))
-			_, _ = d.Write(buf[:4])
-		}
-	}
-	return d.Sum64()
 }
 
 // Limit returns the capacity every node was held to: c × rf × the mean.

@@ -722,10 +722,10 @@ func PlacementReport(sizes []int, targets int, c PlacementConfig) string {
 		"measures its load and publishes new state for the next round. "+
 		"*weighted tokens*: `ring.NewWeighted`, each node's token count from its measured load (`sim.TokenPolicy`: the sum of its targets' smoothed loads, "+
 		"dead band ±%.0f%% of the mean, gain %.2f, step at most ×%.2f, %d–%d tokens). "+
-		"*bounded load*: `ring.NewBounded` (what shoal's bounded placement runs with replication factor > 1) on today's ring with c = %.2f (every target starts on its ring owner; a node above c × the mean sheds its lightest targets "+
+		"*bounded load*: `ring.NewBounded` (what shoal's bounded placement runs) on today's ring with c = %.2f (every target starts on its ring owner; a node above c × the mean sheds its lightest targets "+
 		"until it is within, each to the first node clockwise with room) over the targets whose weights their owners published (`ring.WeightPolicy`: first published after %d measurements, "+
 		"smoothing %.2f, republished only when the estimate leaves ±%.0f%%). "+
-		"*remembering holders*: `ring.NewSticky` (what shoal's bounded placement runs with replication factor 1; `sim.DesignBoundedSticky`): the same weights and bound, but a target stays on the node that holds it "+
+		"*remembering holders*: `ring.NewSticky`, not run by shoal yet (`sim.DesignBoundedSticky`): the same weights and bound, but a target stays on the node that holds it "+
 		"(the publisher of its weight), one whose holder left goes to its ring owner if that fits, else to the least loaded node, "+
 		"a node below the mean takes back its ring targets from holders above the mean, and the excess over the limit goes to the least loaded node; "+
 		"for one round after a move the old holder still publishes the target too. "+

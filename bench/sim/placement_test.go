@@ -134,7 +134,7 @@ func TestBoundedStickyKeepsBoundAndMovesLess(t *testing.T) {
 }
 
 // Issue 24's movement goals at 100 nodes and 10,000 targets (the report's
-// setup): the placement that remembers holders (replication factor 1) moves at most 1.5/N of the
+// setup): the placement that remembers holders (ring.NewSticky) moves at most 1.5/N of the
 // samples on a join or a leave with skewed load and 1.1/N with uniform
 // load, within the 1.10 bound. A leave moves exactly the leaver's targets,
 // which with uniform load is 1.1/N when the leaver sits at the limit.

@@ -6,10 +6,9 @@ import (
 	"github.com/shoal-dev/shoal/ring"
 )
 
-// DesignBoundedSticky is what shoal's bounded placement runs with
-// replication factor 1: ring.NewSticky, bounded loads that remember who
-// holds each target (every node reads it from the publishers of the
-// gossiped weights). A target stays on its holder; one whose holder is gone
+// DesignBoundedSticky is ring.NewSticky, which shoal does not run yet:
+// bounded loads that remember who holds each target (every node could read
+// it from the publishers of the gossiped weights). A target stays on its holder; one whose holder is gone
 // (a leave) goes to its plain-ring owner if that stays within c × the mean,
 // else to the least loaded node; a node below the mean takes back its
 // plain-ring targets from holders above the mean; a node above c × the mean
