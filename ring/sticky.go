@@ -9,8 +9,8 @@ import (
 // remembers who holds each target now: holders maps a key to the nodes
 // that say they hold it (the publishers of its weight would do: every
 // replica reads the same; names not on r are ignored). Package placement
-// does not use it yet: wired in, it churned through dozens of generations
-// per restart in the e2e tests (docs/DESIGN.md, "Placement"). While a target changes hands both its old
+// does not use it yet: wired in, it did not settle fast enough in the e2e
+// tests (docs/DESIGN.md, "Placement"). While a target changes hands both its old
 // and its new holder publish it for a moment; the holder is then its
 // plain-ring owner if that is one of them, else the last by name, a rule
 // that agrees with the moves below often enough that such a moment rarely
