@@ -240,20 +240,27 @@ type trackedAppender struct {
 	meter    Meter // nil: not measured
 	interval time.Duration
 	n        int
+	failed   bool // the scrape's up sample is 0
 }
 
 func (a *trackedAppender) Append(ref storage.SeriesRef, ls labels.Labels, st, t int64, v float64, h *histogram.Histogram, fh *histogram.FloatHistogram, opts storage.AppendV2Options) (storage.SeriesRef, error) {
 	a.n++
+	// A failed scrape (a timeout on a starved machine) appends only its
+	// report series: measured, it would publish a weight of a few
+	// samples/s for a target of hundreds.
+	if v == 0 && a.meter != nil && ls.Get(labels.MetricName) == "up" {
+		a.failed = true
+	}
 	return a.AppenderV2.Append(ref, ls, st, t, v, h, fh, opts)
 }
 
 func (a *trackedAppender) Commit() error {
 	defer a.once.Do(func() { a.f.done(a.u) })
 	err := a.AppenderV2.Commit()
-	if err == nil && a.meter != nil && a.n > 0 {
+	if err == nil && a.meter != nil && a.n > 0 && !a.failed {
 		a.meter.Measured(a.u, a.n, a.interval)
 	}
-	a.n = 0
+	a.n, a.failed = 0, false
 	return err
 }
 

@@ -194,3 +194,45 @@ func TestFenceMeterCountsCommittedSamples(t *testing.T) {
 		t.Fatalf("meter heard units %v samples %v intervals %v, want one commit of 3 samples at 15s", m.units, m.samples, m.interval)
 	}
 }
+
+// A failed scrape (its up sample 0) appends only report series: it is not
+// the target's load, so the meter does not hear it; the next good scrape
+// is heard again.
+func TestFenceMeterSkipsFailedScrapes(t *testing.T) {
+	w, err := wal.Open(t.TempDir(), wal.DefaultOptions(), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	f, err := NewFence(w, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &recordingMeter{}
+	f.SetMeter(m)
+	u := Unit{Key: 8}
+	tg := promscrape.NewTarget(labels.FromStrings("__address__", "a:1", "job", "j", UnitLabel, u.String(), "__scrape_interval__", "15s"), &config.ScrapeConfig{JobName: "j"}, nil, nil)
+	ctx := promscrape.ContextWithTarget(context.Background(), tg)
+	ts := time.Now().UnixMilli()
+	scrape := func(up float64) {
+		ts += 15_000
+		app := f.AppenderV2(ctx)
+		for _, name := range []string{"a", "up"} {
+			v := 1.0
+			if name == "up" {
+				v = up
+			}
+			if _, err := app.Append(0, labels.FromStrings("__name__", name), 0, ts, v, nil, nil, storage.AOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := app.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	scrape(0)
+	scrape(1)
+	if len(m.samples) != 1 || m.samples[0] != 2 {
+		t.Fatalf("meter heard %v, want one scrape of 2 samples (the failed one unheard)", m.samples)
+	}
+}
