@@ -2,17 +2,14 @@
 SHELL := /bin/bash
 GO        ?= go
 BIN       ?= bin
-PKGS_UNIT  = $(shell $(GO) list ./... | grep -v -e /e2e -e /internal/k8stest -e /charts -e '/cmd/shoal$$' -e '/bench/scale$$')
+PKGS_UNIT  = $(shell $(GO) list ./... | grep -v -e /e2e -e /internal/k8stest -e /charts -e '/cmd/shoal$$')
 # Compiling the Helm SDK and the cloud discovery SDKs a second time with
 # -race would cost a cold machine several minutes for tests that start no
 # goroutine there (vet compiles them without -race): the chart's tests run
 # without -race; cmd/shoal's run with -race in the slim_sd build (no cloud
 # SDKs) and again without it in the default build (every discovery, the
 # generated references); monitors' operator-fidelity tests (discovery/install,
-# built with !race) run in the package's second, plain run. bench/scale runs
-# only in the plain line: its 10-replica smoke test (the harness of make
-# scale) starts 10 shoal processes, and its harness under -race next to the
-# other packages' race runs would measure the detector, not the cluster.
+# built with !race) run in the package's second, plain run.
 PKGS_CHART = $(shell $(GO) list ./charts/...)
 # Every build without -race is static and path-free, the image's way
 # (internal/ociimage), so that vet, the binaries, the e2e build and the image
@@ -72,7 +69,7 @@ K8S_UNIT_PKGS = $(shell grep -rl --include='*_test.go' '^func TestKubernetes' . 
 test-unit:
 	$(RACE) -count=1 -timeout 30m -skip '$(K8S_TESTS)' $(PKGS_UNIT)
 	$(RACE) -count=1 -timeout 10m -tags slim_sd ./cmd/shoal/
-	$(GO) test -count=1 -timeout 10m -skip '$(K8S_TESTS)' ./cmd/shoal/ ./monitors/ ./bench/scale/ $(PKGS_CHART)
+	$(GO) test -count=1 -timeout 10m -skip '$(K8S_TESTS)' ./cmd/shoal/ ./monitors/ $(PKGS_CHART)
 
 test-e2e:
 	$(GO) test -count=1 -timeout 40m -v -skip '$(K8S_TESTS)' ./e2e/
@@ -188,7 +185,7 @@ bench:
 # 50 shoal processes on 127.0.0.x, 5,000 targets, a real receiver: cold
 # start, rolling restart, scale 50 -> 60 -> 50, SIGKILL of 5, idle cost and
 # the cluster views; writes docs/SCALE.md. Not part of make test (a
-# 10-replica run of the same harness is, in bench/scale). About 30 minutes.
+# 10-replica run of the same harness is, in e2e). About 30 minutes.
 scale:
 	$(GO) run ./bench/cmd/scale
 
