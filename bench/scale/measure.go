@@ -69,6 +69,21 @@ func Gaps(series map[string][]int64, from, to time.Time, interval time.Duration)
 	return g
 }
 
+// Undelivered counts the targets whose samples have not reached until:
+// series with no sample at or after it, and, when fewer than targets series
+// exist, the targets that delivered none at all. Samples of one series
+// arrive in order, so once a target's sample at or after until is in, every
+// gap before until is final.
+func Undelivered(series map[string][]int64, targets int, until time.Time) int {
+	t, n := until.UnixMilli(), 0
+	for _, ts := range series {
+		if len(ts) == 0 || ts[len(ts)-1] < t {
+			n++
+		}
+	}
+	return n + max(targets-len(series), 0)
+}
+
 // Uncovered counts the targets not scraped since t.
 func Uncovered(per []loadgen.TargetScrapes, since time.Time) int {
 	n := 0

@@ -161,3 +161,20 @@ func TestSimGoalsJudgeTheSimulation(t *testing.T) {
 		}
 	}
 }
+
+func TestUndeliveredCountsTargetsBehindTheWindowEnd(t *testing.T) {
+	end := time.UnixMilli(1_000_000)
+	series := map[string][]int64{
+		"caught up": {end.UnixMilli() - 10_000, end.UnixMilli()},
+		"past it":   {end.UnixMilli() + 3_000},
+		"behind":    {end.UnixMilli() - 10_000, end.UnixMilli() - 1},
+		"empty":     nil,
+	}
+	// Four series of six targets: two never delivered a sample.
+	if got := Undelivered(series, 6, end); got != 4 {
+		t.Errorf("Undelivered = %d, want 4 (behind, empty and two targets without a series)", got)
+	}
+	if got := Undelivered(map[string][]int64{"a": {end.UnixMilli()}}, 1, end); got != 0 {
+		t.Errorf("Undelivered of a caught-up target = %d, want 0", got)
+	}
+}

@@ -158,8 +158,8 @@ func Report(res Result, sims []sim.Members, command string) string {
 // the views.
 func writeProcesses(b *strings.Builder, res Result) {
 	o := res.Options
-	b.WriteString("\n**Disruptions.** Refusals are samples the receiver rejected or rolled back; failed samples are what the replicas counted in `prometheus_remote_storage_samples_failed_total` (every life of every replica); a gap is the longest time any target's `up` went without a sample at the receiver; missed scrapes count whole intervals missing over all targets. Machine busy is the whole machine's CPU (2 cores) during the phase, shoal's share is the CPU of the shoal processes in cores.\n\n")
-	b.WriteString("| phase | time | refusals | failed samples | longest gap | missed scrapes | recovery | machine busy | shoal CPU |\n|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("\n**Disruptions.** Refusals are samples the receiver rejected or rolled back; failed samples are what the replicas counted in `prometheus_remote_storage_samples_failed_total` (every life of every replica); a gap is the longest time any target's `up` went without a sample at the receiver; missed scrapes count whole intervals missing over all targets; the gaps are read once the receiver has caught up, that is holds every target's samples up to the end of the phase's window (the column says how long after that end; never: not within 3 intervals + 30 s, and the missing tail counts as gap). Machine busy is the whole machine's CPU (2 cores) during the phase, shoal's share is the CPU of the shoal processes in cores.\n\n")
+	b.WriteString("| phase | time | refusals | failed samples | longest gap | missed scrapes | recovery | receiver caught up | machine busy | shoal CPU |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, p := range []Phase{res.Cold, res.Rolling, res.ScaleOut, res.ScaleIn, res.Crash} {
 		if p.Name == "" {
 			continue
@@ -168,9 +168,13 @@ func writeProcesses(b *strings.Builder, res Result) {
 		if p.Recovery > 0 {
 			rec = p.Recovery.Round(100 * time.Millisecond).String()
 		}
-		fmt.Fprintf(b, "| %s | %v | %d | %v | %v (%.1f intervals) | %d | %s | %.0f%% | %.2f cores |\n", p.Name, p.Duration.Round(time.Second),
+		caught := "never"
+		if p.CaughtUp > 0 {
+			caught = p.CaughtUp.Round(100 * time.Millisecond).String()
+		}
+		fmt.Fprintf(b, "| %s | %v | %d | %v | %v (%.1f intervals) | %d | %s | %s | %.0f%% | %.2f cores |\n", p.Name, p.Duration.Round(time.Second),
 			p.Refusals.Total(), p.Failed, p.Gaps.Longest.Round(100*time.Millisecond), p.Gaps.Longest.Seconds()/o.Interval.Seconds(),
-			p.Gaps.Missed, rec, 100*p.MachineBusy, p.ShoalCores)
+			p.Gaps.Missed, rec, caught, 100*p.MachineBusy, p.ShoalCores)
 	}
 	for _, p := range []Phase{res.Cold, res.Rolling, res.ScaleOut, res.ScaleIn, res.Crash} {
 		if p.Err != "" {

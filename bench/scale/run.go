@@ -94,6 +94,10 @@ type Phase struct {
 	Refusals Refusals
 	Failed   float64
 	Gaps     GapStats
+	// CaughtUp is how long after the gap window's end the receiver held
+	// every target's samples up to it (the gaps are read then): the
+	// remote-write delay, holds included. Zero when it never did.
+	CaughtUp time.Duration
 	// Recovery is, for the crash, the time from the kill until every target
 	// was scraped again; for the cold start, from the last replica ready
 	// until every target was scraped.
@@ -161,6 +165,8 @@ type run struct {
 		stats   receiver.Stats
 		failed  float64
 		procCPU time.Duration
+		// windowEnd is where the last phase's gap window ended.
+		windowEnd time.Time
 	}
 }
 
@@ -310,11 +316,14 @@ func (r *run) end(ctx context.Context, p *Phase, err error) {
 	if ferr != nil && p.Err == "" {
 		p.Err = "reading failed samples: " + ferr.Error()
 	}
-	// The last interval may not have arrived yet: the window ends one
-	// interval before now.
-	p.Gaps = r.gaps(r.phase.start, now.Add(-r.o.Interval))
-	r.logf("%s: %v, refusals %d, failed %v, longest gap %v (%s), missed scrapes %d, machine busy %.0f%%%s",
-		p.Name, p.Duration.Round(time.Second), p.Refusals.Total(), p.Failed, p.Gaps.Longest, p.Gaps.Target, p.Gaps.Missed, 100*p.MachineBusy, errSuffix(p.Err))
+	// The window ends one interval before now; its gaps are read once the
+	// receiver holds every target's samples up to there (a target still
+	// behind after catchUpTimeout shows as a gap).
+	r.phase.windowEnd = now.Add(-r.o.Interval)
+	p.CaughtUp = r.waitDelivered(ctx, r.phase.windowEnd, r.catchUpTimeout())
+	p.Gaps = r.gaps(r.phase.start, r.phase.windowEnd)
+	r.logf("%s: %v, refusals %d, failed %v, longest gap %v (%s), missed scrapes %d, receiver caught up after %v, machine busy %.0f%%%s",
+		p.Name, p.Duration.Round(time.Second), p.Refusals.Total(), p.Failed, p.Gaps.Longest, p.Gaps.Target, p.Gaps.Missed, p.CaughtUp.Round(100*time.Millisecond), 100*p.MachineBusy, errSuffix(p.Err))
 }
 
 func errSuffix(e string) string {
@@ -324,11 +333,12 @@ func errSuffix(e string) string {
 	return ", error: " + e
 }
 
-// gaps reads every target's `up` samples from the receiver.
-func (r *run) gaps(from, to time.Time) GapStats {
+// upTimes reads every target's `up` sample timestamps from the receiver,
+// staleness markers left out.
+func (r *run) upTimes() (map[string][]int64, error) {
 	all, err := r.recv.Samples(labels.MustNewMatcher(labels.MatchEqual, labels.MetricName, "up"))
 	if err != nil {
-		return GapStats{Target: "error: " + err.Error()}
+		return nil, err
 	}
 	ts := make(map[string][]int64, len(all))
 	for k, ss := range all {
@@ -337,6 +347,39 @@ func (r *run) gaps(from, to time.Time) GapStats {
 				ts[k] = append(ts[k], s.T)
 			}
 		}
+	}
+	return ts, nil
+}
+
+// catchUpTimeout bounds the wait for the receiver to catch up: the
+// remote-write queues' batching and a hand-off hold for peers' samples,
+// which takes a few seconds when nothing is wrong.
+func (r *run) catchUpTimeout() time.Duration { return 3*r.o.Interval + 30*time.Second }
+
+// waitDelivered waits until the receiver holds every target's samples up
+// to until, and returns how long after until that was (0 if never within
+// timeout).
+func (r *run) waitDelivered(ctx context.Context, until time.Time, timeout time.Duration) time.Duration {
+	deadline := time.Now().Add(timeout)
+	for {
+		if ts, err := r.upTimes(); err == nil && Undelivered(ts, r.o.Targets, until) == 0 {
+			return time.Since(until)
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return 0
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// gaps reads every target's `up` samples from the receiver.
+func (r *run) gaps(from, to time.Time) GapStats {
+	ts, err := r.upTimes()
+	if err != nil {
+		return GapStats{Target: "error: " + err.Error()}
 	}
 	for i := len(ts); i < r.o.Targets; i++ {
 		ts["never-delivered-"+strconv.Itoa(i)] = nil
@@ -376,7 +419,12 @@ func (r *run) doubles(ctx context.Context, n int) int {
 	before := r.lg.PerTarget()
 	t0 := time.Now()
 	r.settle(ctx, n)
-	return len(DoubleScraped(before, r.lg.PerTarget(), time.Since(t0), r.o.Interval))
+	after, window := r.lg.PerTarget(), time.Since(t0)
+	d := DoubleScraped(before, after, window, r.o.Interval)
+	for _, i := range d[:min(len(d), 5)] {
+		r.logf("target %d scraped %d times in %v", i, after[i].Count-before[i].Count, window.Round(time.Millisecond))
+	}
+	return len(d)
 }
 
 // startAll launches replicas [from, to) at once and waits for all to be
@@ -433,7 +481,7 @@ func (r *run) cold(ctx context.Context) {
 	r.end(ctx, p, err)
 	if err == nil {
 		// The window before the first scrape is not a gap.
-		p.Gaps = r.gaps(covered, time.Now().Add(-r.o.Interval))
+		p.Gaps = r.gaps(covered, r.phase.windowEnd)
 	}
 }
 
