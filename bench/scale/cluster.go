@@ -53,7 +53,7 @@ type cluster struct {
 	waitFor    int
 	gossipPort int
 	webPort    int
-	base       string // the first three octets, "127.0.0"
+	base       string // the first three octets, "127.0.50"
 	first      int    // last octet of replica 0
 	dir        string
 	replicas   []*replica

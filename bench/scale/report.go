@@ -124,8 +124,8 @@ func Report(res Result, sims []sim.Members, command string) string {
 	o := res.Options
 	var b strings.Builder
 	if o.Replicas > 0 {
-		fmt.Fprintf(&b, "Measured by `%s` on %s, %s. Setup: %d replicas (each its own process on 127.0.0.x, its own storage), %d targets × %d series (each target its own port), scrape interval %v, remote write to a real Prometheus TSDB receiver; shoal's defaults otherwise. Load average when the run started: %s (the machine is shared).\n\n",
-			command, res.Start.UTC().Format("2006-01-02 15:04 UTC"), machine(), o.Replicas, o.Targets, o.Series, o.Interval, res.LoadBefore)
+		fmt.Fprintf(&b, "Measured by `%s` on %s, %s. Setup: %d replicas (each its own process on %s.x, its own storage), %d targets × %d series (each target its own port), scrape interval %v, remote write to a real Prometheus TSDB receiver; shoal's defaults otherwise. Load average when the run started: %s (the machine is shared).\n\n",
+			command, res.Start.UTC().Format("2006-01-02 15:04 UTC"), machine(), o.Replicas, o.Subnet, o.Targets, o.Series, o.Interval, res.LoadBefore)
 	} else {
 		fmt.Fprintf(&b, "Measured by `%s` on %s, %s: the membership simulation only, the processes were not run. Load average when the run started: %s (the machine is shared).\n\n",
 			command, res.Start.UTC().Format("2006-01-02 15:04 UTC"), machine(), res.LoadBefore)

@@ -1,5 +1,5 @@
 // Package scale runs a real shoal cluster of many processes on loopback
-// addresses (127.0.0.x) against thousands of small targets and a real
+// addresses (127.0.50.x) against thousands of small targets and a real
 // receiver, and measures what a platform team sizing a cluster asks: cold
 // start, a rolling restart, a scale-out and back, a crash of several
 // replicas, the idle cost per replica and the cluster-wide views. `make
@@ -48,8 +48,11 @@ type Options struct {
 	Idle time.Duration
 	// WorkDir holds the processes' storage and logs. Required.
 	WorkDir string
-	// Subnet is the first three octets of the replica addresses; replica i
-	// is Subnet.(10+i). Default "127.0.0".
+	// Subnet is the first three octets of the run's loopback addresses:
+	// replica i is Subnet.(10+i), the targets listen on Subnet.2 and the
+	// receiver on Subnet.3. Default "127.0.50". An address of its own keeps
+	// other processes on the machine that scrape 127.0.0.1 ports they used
+	// before (other tests) from scraping the run's targets.
 	Subnet string
 	// Logf reports progress. Default: discard.
 	Logf func(format string, args ...any)
@@ -78,7 +81,7 @@ func (o Options) withDefaults() Options {
 		o.Idle = 60 * time.Second
 	}
 	if o.Subnet == "" {
-		o.Subnet = "127.0.0"
+		o.Subnet = "127.0.50"
 	}
 	if o.Logf == nil {
 		o.Logf = func(string, ...any) {}
@@ -204,7 +207,7 @@ func (r *run) setUp(ctx context.Context) error {
 		return fmt.Errorf("scale: Shoal and WorkDir are required")
 	}
 	var err error
-	r.lg, err = loadgen.Start(ctx, loadgen.Config{Targets: o.Targets, Series: o.Series, HistogramFraction: -1}, nil)
+	r.lg, err = loadgen.Start(ctx, loadgen.Config{Targets: o.Targets, Series: o.Series, HistogramFraction: -1, ListenHost: o.Subnet + ".2"}, nil)
 	if err != nil {
 		return err
 	}
@@ -216,7 +219,7 @@ func (r *run) setUp(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", o.Subnet+".3:0")
 	if err != nil {
 		return err
 	}

@@ -1,5 +1,5 @@
 // Command scale runs the scale harness (bench/scale): a real cluster of
-// shoal processes on 127.0.0.x against thousands of targets and a real
+// shoal processes on 127.0.50.x against thousands of targets and a real
 // receiver, through a cold start, a rolling restart, a scale-out and back
 // and a crash; it writes the figures into docs/SCALE.md between generated
 // markers. `make scale` runs it with the defaults below.
