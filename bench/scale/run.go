@@ -192,12 +192,18 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		res.Total = time.Since(res.Start)
 		return res, fmt.Errorf("cold start: %s", res.Cold.Err)
 	}
-	r.idle(ctx)
-	r.views(ctx)
-	r.rolling(ctx)
-	r.scale(ctx)
-	r.crash(ctx)
+	// An interrupted run stops between phases: a phase started after the
+	// interrupt would only start processes to stop them again.
+	for _, phase := range []func(context.Context){r.idle, r.views, r.rolling, r.scale, r.crash} {
+		if ctx.Err() != nil {
+			break
+		}
+		phase(ctx)
+	}
 	res.Total = time.Since(res.Start)
+	if err := ctx.Err(); err != nil {
+		return res, fmt.Errorf("interrupted: %w", err)
+	}
 	return res, nil
 }
 
