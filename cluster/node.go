@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"net"
 	"slices"
 	"strconv"
@@ -22,13 +21,10 @@ import (
 	"github.com/shoal-dev/shoal/discoveryerr"
 )
 
-// An update's delivery is waited for announceRounds times the gossip
-// rounds memberlist needs to send it (see announceWait), doubling up to
-// announceMaxBackoff times that after each wait that ran out.
-const (
-	announceRounds     = 4
-	announceMaxBackoff = 8
-)
+// announceWait bounds how long the announcer waits for memberlist to finish
+// sending this node's last metadata update before it queues the next one
+// anyway; normally that takes a few gossip intervals.
+const announceWait = 5 * time.Second
 
 // Replacements for memberlist's LAN defaults (4 and 30s); see
 // memberlistConfig.
@@ -101,15 +97,6 @@ type Node struct {
 	// weightsSend signals sendWeightsLoop that ownWeights changed.
 	weightsSend chan struct{}
 
-	// announceKick wakes the announcer when the metadata changes while it
-	// waits for the delivery of an older update.
-	announceKick chan struct{}
-	// memberlist's gossip interval, fan-out and retransmit multiplier, set
-	// by Start (announceWait).
-	gossipRound  time.Duration
-	gossipFanout int
-	gossipMult   int
-
 	// The cluster remembered between runs (snapshot.go, startupwait.go).
 	remembered   []string      // remembered members' addresses, joined on start
 	startup      *startupWait  // under mu; nil without remembered participants or with WaitForSize
@@ -147,7 +134,6 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Node, err
 		readyCh:     make(chan struct{}),
 		stopCh:      make(chan struct{}),
 	}
-	n.announceKick = make(chan struct{}, 1)
 	n.disc = &discoverer{
 		specs:      specs,
 		resolver:   cfg.Resolver,
@@ -242,7 +228,6 @@ func (n *Node) Start(ctx context.Context) error {
 	n.mu.Lock()
 	n.ml = ml
 	n.advertise = advertise
-	n.gossipRound, n.gossipFanout, n.gossipMult = mlc.GossipInterval, max(mlc.GossipNodes, 1), max(mlc.RetransmitMult, 1)
 	n.cancel = cancel
 	if !n.ready {
 		n.readyTimer = time.AfterFunc(n.cfg.WaitTimeout, func() { n.markReady("wait timeout passed") })
@@ -520,29 +505,19 @@ func (n *Node) SetScrapeConfig(ids ConfigIDs) {
 }
 
 // broadcastState has memberlist advertise the current metadata; it does not
-// wait. One announcer goroutine owns this node's UpdateNode calls.
-//
-// memberlist v0.7.0's broadcast queue can silently drop a queued message:
-// it restarts its ids whenever it is empty for an instant, and a later
-// message with the same id, size and transmit count replaces an older one
-// (upstream hashicorp/memberlist#263). An own update dropped that way
-// reaches no peer until the next full state exchange (10s, 20s above 32
-// members), and memberlist never reports its delivery. On a loaded
-// machine, during a cold start of 10 replicas, that happened to several
-// nodes' fence announcements and held every gained target back until the
-// state exchange. So the announcer waits for each update's delivery for a
-// bound derived from the gossip settings, sends it again when that runs
-// out, and sends a newer state at once rather than behind an older one
-// that may be lost.
+// wait. An update must not replace this node's previous one in memberlist's
+// broadcast queue while that is still being sent: when it was the only
+// message queued, memberlist v0.7.0's queue restarts its ids and the next
+// relayed message of the same size silently drops the update (upstream
+// hashicorp/memberlist#263), leaving peers stale until the next state
+// exchange. So one announcer goroutine sends an update, waits until
+// memberlist has finished sending it, and only then sends what changed
+// meanwhile.
 func (n *Node) broadcastState(ml *memberlist.Memberlist) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.announcing {
 		n.reannounce = true
-		select {
-		case n.announceKick <- struct{}{}:
-		default:
-		}
 		return
 	}
 	if n.stopped || n.left {
@@ -557,49 +532,23 @@ func (n *Node) broadcastState(ml *memberlist.Memberlist) {
 	}()
 }
 
-// announceWait is how long an update's delivery is waited for before it
-// is sent again: announceRounds times the gossip rounds memberlist needs
-// to send it as often as it does (RetransmitMult × ⌈log10(N+1)⌉ sends,
-// GossipNodes per round), times backoff. At the defaults and 50 members:
-// 12 sends, 4 rounds of 200ms, a first wait of 3.2s.
-func (n *Node) announceWait(members, backoff int) time.Duration {
-	sends := n.gossipMult * int(math.Ceil(math.Log10(float64(members+1))))
-	rounds := (max(sends, 1) + n.gossipFanout - 1) / n.gossipFanout
-	return time.Duration(announceRounds*rounds*backoff) * n.gossipRound
-}
-
-// announce runs UpdateNode until memberlist has delivered the current
-// metadata: a newer state is sent at once, an update whose delivery is not
-// reported within announceWait is sent again.
+// announce runs UpdateNode until memberlist advertises the current metadata
+// and nothing changed while it was being sent.
 func (n *Node) announce(ml *memberlist.Memberlist) {
-	backoff, event := 1, "update"
 	for {
-		n.mu.Lock()
-		n.reannounce = false
-		n.mu.Unlock()
-		select {
-		case <-n.announceKick: // what it announced is about to be sent
-		default:
-		}
-		n.metrics.broadcasts.WithLabelValues(event).Inc()
-		wait := n.announceWait(ml.NumMembers(), backoff)
-		sent := make(chan error, 1)
+		n.metrics.broadcasts.WithLabelValues("update").Inc()
 		// UpdateNode queues the update, then waits for its delivery (at
 		// once when no peer is alive). The wait has no cancellation but its
-		// own bound, so neither Shutdown nor a newer update waits for it.
-		go func() { sent <- ml.UpdateNode(wait) }()
-		var err error
+		// own bound, so Shutdown does not wait for it.
+		sent := make(chan struct{})
+		go func() {
+			defer close(sent)
+			// The only error is the timeout of the delivery wait.
+			_ = ml.UpdateNode(announceWait)
+		}()
 		select {
-		case err = <-sent:
-		case <-n.announceKick:
+		case <-sent:
 		case <-n.stopCh:
-		}
-		if err != nil {
-			// Not delivered in time: lost, or behind fresher messages in
-			// the queue. Sent again, waiting longer.
-			backoff, event = min(2*backoff, announceMaxBackoff), "resend"
-		} else {
-			backoff, event = 1, "update"
 		}
 		n.mu.Lock()
 		// memberlist drops a local update whose incarnation a concurrent
@@ -607,7 +556,8 @@ func (n *Node) announce(ml *memberlist.Memberlist) {
 		// metadata): then what it advertises is stale and the loop sends
 		// the update again.
 		stale := !bytes.Equal(n.advertised, n.metaLocked())
-		done := n.stopped || n.left || (!n.reannounce && !stale && err == nil)
+		done := n.stopped || n.left || (!n.reannounce && !stale)
+		n.reannounce = false
 		if done {
 			n.announcing = false
 		}
