@@ -164,116 +164,107 @@ remote_write:
 	}
 }
 
-// A reload adds a queue while another one is caught up. The WAL's truncation
-// asks the manager what is still needed, and runs inside the new queue's
-// open: the new queue, which starts at the oldest data, must hold the WAL
-// back until it knows where it starts, and then send everything.
-func TestReloadAddingQueueHoldsTruncation(t *testing.T) {
+// addQueueFixture is a manager whose queue a has sent and persisted a WAL
+// of four segments, ready for a reload that adds queue b.
+type addQueueFixture struct {
+	w      *walWriter
+	ra, rb *receiver
+	tm     *testManager
+	qa     string
+}
+
+func newAddQueueFixture(t *testing.T) *addQueueFixture {
 	walDir, progDir := dirs(t)
 	var m atomic.Pointer[testManager]
-	w := newWALWriter(t, walDir, func() (int, bool) {
+	f := &addQueueFixture{ra: newReceiver(t), rb: newReceiver(t)}
+	f.w = newWALWriter(t, walDir, func() (int, bool) {
 		if tm := m.Load(); tm != nil {
 			return tm.PendingSegment()
 		}
 		return 0, true
 	})
-	w.untilSegment(4)
-	ra, rb := newReceiver(t), newReceiver(t)
-	qa := `
+	f.w.untilSegment(4)
+	f.qa = `
 global:
   external_labels: {cluster: c1}
 remote_write:
   - url: URL0
     name: a
 ` + bigQueue
-	tm := startManager(t, walDir, progDir, loadConfig(t, qa, ra.srv.URL, rb.srv.URL))
-	m.Store(tm)
-	waitFor(t, "queue a caught up", func() bool {
-		d, _ := ra.count()
-		return d >= raceSeries*len(w.sent)
-	})
+	f.tm = startManager(t, walDir, progDir, loadConfig(t, f.qa, f.ra.srv.URL, f.rb.srv.URL))
+	m.Store(f.tm)
+	waitFor(t, "queue a caught up", func() bool { d, _ := f.ra.count(); return d >= raceSeries*len(f.w.sent) })
 	// a has acknowledged everything: its progress file reaches segment 4.
-	waitFor(t, "queue a persisted", func() bool { s, ok := tm.PendingSegment(); return ok && s == 4 })
+	waitFor(t, "queue a persisted", func() bool { s, ok := f.tm.PendingSegment(); return ok && s == 4 })
+	return f
+}
 
+// addQueueB reloads with queue b added.
+func (f *addQueueFixture) addQueueB(t *testing.T) {
+	if err := f.tm.ApplyConfig(loadConfig(t, f.qa+`
+  - url: URL1
+    name: b
+`+bigQueue, f.ra.srv.URL, f.rb.srv.URL)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// bSendsEverything waits until b has sent the whole WAL, stops the
+// manager and checks that b delivered every sample.
+func (f *addQueueFixture) bSendsEverything(t *testing.T) {
+	waitFor(t, "queue b sends the whole WAL", func() bool { d, _ := f.rb.count(); return d >= raceSeries*len(f.w.sent) })
+	f.tm.shutdown(t, 5*time.Second)
+	checkAll(t, f.rb, seriesIdx(), f.w.sent)
+}
+
+// A reload adds a queue while another one is caught up. The WAL's truncation
+// asks the manager what is still needed, and runs inside the new queue's
+// open: the new queue, which starts at the oldest data, must hold the WAL
+// back until it knows where it starts, and then send everything.
+func TestReloadAddingQueueHoldsTruncation(t *testing.T) {
+	f := newAddQueueFixture(t)
 	ran := 0
 	setOpenHook(t, func(s string) {
 		if s != "segments" || ran > 0 {
 			return
 		}
 		ran++
-		if err := w.s.Truncate(); err != nil {
+		if err := f.w.s.Truncate(); err != nil {
 			t.Errorf("truncate inside open: %v", err)
 		}
 	})
-	if err := tm.ApplyConfig(loadConfig(t, qa+`
-  - url: URL1
-    name: b
-`+bigQueue, ra.srv.URL, rb.srv.URL)); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "queue b sends the whole WAL", func() bool { d, _ := rb.count(); return d >= raceSeries*len(w.sent) })
-	tm.shutdown(t, 5*time.Second)
+	f.addQueueB(t)
+	f.bSendsEverything(t)
 	if ran != 1 {
 		t.Fatalf("the open hook ran %d times", ran)
 	}
-	checkAll(t, rb, seriesIdx(), w.sent)
-	if v := tm.metric(t, "prometheus_remote_storage_samples_dropped_total", "remote_name", "b", "reason", reasonUnknownSeries); v > 0 {
+	if v := f.tm.metric(t, "prometheus_remote_storage_samples_dropped_total", "remote_name", "b", "reason", reasonUnknownSeries); v > 0 {
 		t.Fatalf("%v samples dropped for unknown series", v)
 	}
-	if v := tm.metric(t, "shoal_remotewrite_segments_skipped_total", "remote_name", "b"); v != 0 {
+	if v := f.tm.metric(t, "shoal_remotewrite_segments_skipped_total", "remote_name", "b"); v != 0 {
 		t.Fatalf("segments_skipped_total = %v, want 0", v)
 	}
 }
 
-// TestReloadAddingQueueHoldsTruncation runs its truncation inside
-// the new queue's open, which in practice always comes after ApplyConfig
-// published the queue whether or not publish precedes start: the window it
-// guards (between `go q.run` and publish) is never hit. Here the pass runs
-// synchronously the moment the queue's goroutine is started, so the test
-// fails whenever a started queue is not yet visible to PendingSegment.
+// A truncation that runs the moment the new queue's goroutine starts (in
+// practice it always comes after ApplyConfig published the queue, so the
+// window between start and publish is forced here) must see the started
+// queue and keep the data it still has to send.
 func TestTruncationRightAfterQueueStartKeepsItsData(t *testing.T) {
-	walDir, progDir := dirs(t)
-	var m atomic.Pointer[testManager]
-	w := newWALWriter(t, walDir, func() (int, bool) {
-		if tm := m.Load(); tm != nil {
-			return tm.PendingSegment()
-		}
-		return 0, true
-	})
-	w.untilSegment(4)
-	ra, rb := newReceiver(t), newReceiver(t)
-	qa := `
-global:
-  external_labels: {cluster: c1}
-remote_write:
-  - url: URL0
-    name: a
-` + bigQueue
-	tm := startManager(t, walDir, progDir, loadConfig(t, qa, ra.srv.URL, rb.srv.URL))
-	m.Store(tm)
-	waitFor(t, "queue a caught up", func() bool { d, _ := ra.count(); return d >= raceSeries*len(w.sent) })
-	waitFor(t, "queue a persisted", func() bool { s, ok := tm.PendingSegment(); return ok && s == 4 })
-
+	f := newAddQueueFixture(t)
 	ran := 0
 	hook := func() {
 		ran++
-		if err := w.s.Truncate(); err != nil {
+		if err := f.w.s.Truncate(); err != nil {
 			t.Errorf("truncate right after start: %v", err)
 		}
 	}
 	testHookStarted.Store(&hook)
 	t.Cleanup(func() { testHookStarted.Store(nil) })
-	if err := tm.ApplyConfig(loadConfig(t, qa+`
-  - url: URL1
-    name: b
-`+bigQueue, ra.srv.URL, rb.srv.URL)); err != nil {
-		t.Fatal(err)
-	}
+	f.addQueueB(t)
 	testHookStarted.Store(nil)
-	waitFor(t, "queue b sends the whole WAL", func() bool { d, _ := rb.count(); return d >= raceSeries*len(w.sent) })
-	tm.shutdown(t, 5*time.Second)
+	f.bSendsEverything(t)
 	if ran != 1 {
 		t.Fatalf("the start hook ran %d times", ran)
 	}
-	checkAll(t, rb, seriesIdx(), w.sent)
 }
