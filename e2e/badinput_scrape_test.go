@@ -34,7 +34,7 @@ func serveHandler(t *testing.T, h http.Handler) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
@@ -187,7 +187,7 @@ func TestScrapeBadInput(t *testing.T) {
 		recv.writeURL(), batchSendDeadline)
 	cfg := filepath.Join(t.TempDir(), "shoal.yml")
 	if err := os.WriteFile(cfg, []byte(b.String()), 0o644); err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	a := newAgent(t, agentSpec{name: "badscrape", config: cfg})
 	a.start()
@@ -196,7 +196,7 @@ func TestScrapeBadInput(t *testing.T) {
 	// Every bad target is scraped and judged; /api/v1/targets says why.
 	eventually(t, startTimeout, "every bad target judged", func() error {
 		if err := a.exitedEarly(); err != nil {
-			t.Fatal(err)
+			fatal(t, err)
 		}
 		active, err := a.activeTargets()
 		if err != nil {
@@ -219,7 +219,7 @@ func TestScrapeBadInput(t *testing.T) {
 	})
 	active, err := a.activeTargets()
 	if err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	for _, bt := range bad {
 		t.Logf("%-20s health=%s lastError=%q", bt.job, active[addrs[bt.job]].Health, active[addrs[bt.job]].LastError)
@@ -228,33 +228,33 @@ func TestScrapeBadInput(t *testing.T) {
 	// The status page shows each reason.
 	resp, err := httpClient.Get(a.url("/"))
 	if err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	page, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	for _, bt := range bad {
 		if bt.down && !strings.Contains(string(page), bt.errText) {
-			t.Errorf("status page lacks %s's error %q", bt.job, bt.errText)
+			errorf(t, "status page lacks %s's error %q", bt.job, bt.errText)
 		}
 	}
 
 	// Prometheus' counters count them.
 	mfs, err := a.metrics()
 	if err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	for _, bt := range bad {
 		if bt.metric == "" {
 			continue
 		}
 		if v, err := testutil.Value(mfs, bt.metric, nil); err != nil || v < 1 {
-			t.Errorf("%s: %s = %v (%v), want >= 1", bt.job, bt.metric, v, err)
+			errorf(t, "%s: %s = %v (%v), want >= 1", bt.job, bt.metric, v, err)
 		} else {
 			t.Logf("%-20s %s = %v", bt.job, bt.metric, v)
 		}
 	}
 	if v, err := testutil.Value(mfs, "prometheus_target_scrape_pool_exceeded_label_limits_total", nil); err != nil || v < 3 {
-		t.Errorf("exceeded_label_limits_total = %v (%v), want >= 3 (three jobs)", v, err)
+		errorf(t, "exceeded_label_limits_total = %v (%v), want >= 3 (three jobs)", v, err)
 	}
 
 	// The good targets lose nothing while the bad ones fail beside them.
@@ -265,13 +265,13 @@ func TestScrapeBadInput(t *testing.T) {
 	// of the scrape for those that only lost samples.
 	ups, err := recv.seriesOf("up")
 	if err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	upBy := byInstance(ups)
 	for _, bt := range bad {
 		group := upBy[addrs[bt.job]]
 		if len(group) != 1 || len(group[0].samples) == 0 {
-			t.Errorf("%s: up series at the receiver: %s", bt.job, seriesLabels(group))
+			errorf(t, "%s: up series at the receiver: %s", bt.job, seriesLabels(group))
 			continue
 		}
 		want := 1.0
@@ -279,17 +279,17 @@ func TestScrapeBadInput(t *testing.T) {
 			want = 0
 		}
 		if last := group[0].samples[len(group[0].samples)-1]; last.V != want {
-			t.Errorf("%s: up=%v at the receiver, want %v", bt.job, last.V, want)
+			errorf(t, "%s: up=%v at the receiver, want %v", bt.job, last.V, want)
 		}
 	}
 	for _, name := range []string{"dup_ok_series", "future_ok_series", "dup_series"} {
 		if ss, err := recv.seriesOf(name); err != nil || len(ss) != 1 || len(ss[0].samples) == 0 {
-			t.Errorf("%s at the receiver: %v %v", name, seriesLabels(ss), err)
+			errorf(t, "%s at the receiver: %v %v", name, seriesLabels(ss), err)
 		}
 	}
 	for _, name := range []string{"future_series", "many_series", "wide_series", "huge_series"} {
 		if ss, err := recv.seriesOf(name); err != nil || len(ss) != 0 {
-			t.Errorf("%s reached the receiver: %v %v", name, seriesLabels(ss), err)
+			errorf(t, "%s reached the receiver: %v %v", name, seriesLabels(ss), err)
 		}
 	}
 	recv.checkNoRejections(t)
@@ -297,7 +297,7 @@ func TestScrapeBadInput(t *testing.T) {
 		t.Logf("peak RSS of the agent: %.1f MiB", float64(rss)/(1<<20))
 	}
 	if err := a.exitedEarly(); err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	a.stop()
 }

@@ -231,15 +231,15 @@ func checkServedArrived(t *testing.T, recv *testReceiver, targets []*target) {
 	})
 	vals, err := recv.counterValues()
 	if err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	for _, tg := range targets {
 		missing, err := missingValues(vals[tg.addr], served[tg.addr])
 		if err != nil {
-			t.Errorf("%s: %v", tg.addr, err)
+			errorf(t, "%s: %v", tg.addr, err)
 		}
 		if len(missing) > 0 {
-			t.Errorf("%s: counter values %v of 1..%d never arrived", tg.addr, missing, served[tg.addr])
+			errorf(t, "%s: counter values %v of 1..%d never arrived", tg.addr, missing, served[tg.addr])
 		}
 	}
 }

@@ -69,12 +69,12 @@ func TestClusterOfThree(t *testing.T) {
 	// Peer addresses are the advertised gossip addresses.
 	pr, err := nodes[0].peers()
 	if err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	for _, p := range pr.Data.Peers {
 		for _, a := range nodes {
 			if a.spec.name == p.Name && p.Address != a.gossipAddr && p.Address != a.spec.ip {
-				t.Errorf("peer %s has address %q, want %s", p.Name, p.Address, a.gossipAddr)
+				errorf(t, "peer %s has address %q, want %s", p.Name, p.Address, a.gossipAddr)
 			}
 		}
 	}
@@ -113,16 +113,16 @@ func TestConvergedSharding(t *testing.T) {
 	for _, a := range nodes {
 		v, err := a.metricValue("shoal_targets_owned", map[string]string{"job": "e2e"})
 		if err != nil {
-			t.Errorf("%s: %v", a.spec.name, err)
+			errorf(t, "%s: %v", a.spec.name, err)
 			continue
 		}
 		if want := len(owners.targetsOf(a.spec.name)); v != float64(want) {
-			t.Errorf("%s: shoal_targets_owned = %v, targets API lists %d", a.spec.name, v, want)
+			errorf(t, "%s: shoal_targets_owned = %v, targets API lists %d", a.spec.name, v, want)
 		}
 		owned += v
 	}
 	if owned != shardedTargets {
-		t.Errorf("shoal_targets_owned sums to %v, want %d", owned, shardedTargets)
+		errorf(t, "shoal_targets_owned sums to %v, want %d", owned, shardedTargets)
 	}
 
 	// Converged: over a window of several scrape intervals, each target is
@@ -133,42 +133,42 @@ func TestConvergedSharding(t *testing.T) {
 	limit := int(w1.Sub(w0)/scrapeInterval) + 2
 	for _, tg := range targets {
 		if n := tg.servedBetween(w0, w1); n > limit {
-			t.Errorf("%s scraped %d times in %v: more than one owner", tg.addr, n, w1.Sub(w0).Round(time.Millisecond))
+			errorf(t, "%s scraped %d times in %v: more than one owner", tg.addr, n, w1.Sub(w0).Round(time.Millisecond))
 		}
 	}
 	if _, err := snapshotOwnership(nodes, targets); err != nil {
-		t.Errorf("after the window: %v", err)
+		errorf(t, "after the window: %v", err)
 	}
 
 	waitReceiverCaughtUp(t, recv, targets, w1)
 	ups, err := recv.seriesOf("up")
 	if err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	upBy := byInstance(ups)
 	if len(upBy) != shardedTargets {
-		t.Errorf("receiver has up series for %d instances, want %d", len(upBy), shardedTargets)
+		errorf(t, "receiver has up series for %d instances, want %d", len(upBy), shardedTargets)
 	}
 	for _, tg := range targets {
 		if g := upBy[tg.addr]; len(g) != 1 {
-			t.Errorf("%s: %d up series, want exactly 1: %s", tg.addr, len(g), seriesLabels(g))
+			errorf(t, "%s: %d up series, want exactly 1: %s", tg.addr, len(g), seriesLabels(g))
 		}
 	}
 	if err := checkSeriesClean(ups); err != nil {
-		t.Error(err)
+		fail(t, err)
 	}
 	vals, err := recv.counterValues()
 	if err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	for _, tg := range targets {
 		if _, err := missingValues(vals[tg.addr], 0); err != nil {
-			t.Errorf("%s: %v", tg.addr, err)
+			errorf(t, "%s: %v", tg.addr, err)
 		}
 	}
 	recv.checkNoRejections(t)
 	if st := recv.Stats(); st.Dropped != 0 {
-		t.Errorf("receiver dropped %d exact duplicate samples: some samples were sent twice", st.Dropped)
+		errorf(t, "receiver dropped %d exact duplicate samples: some samples were sent twice", st.Dropped)
 	}
 }
 
@@ -180,7 +180,7 @@ func TestFailoverAfterSIGKILL(t *testing.T) {
 	victim := nodes[1]
 	orphans := owners.targetsOf(victim.spec.name)
 	if len(orphans) == 0 {
-		t.Fatalf("%s owns no targets: %s", victim.spec.name, owners.summary())
+		fatalf(t, "%s owns no targets: %s", victim.spec.name, owners.summary())
 	}
 	survivors := []*agent{nodes[0], nodes[2]}
 
@@ -227,13 +227,13 @@ func TestFailoverAfterSIGKILL(t *testing.T) {
 	waitReceiverCaughtUp(t, recv, targets, resumed)
 	ups, err := recv.seriesOf("up")
 	if err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	upBy := byInstance(ups)
 	for _, inst := range orphans {
 		g := upBy[inst]
 		if len(g) != 1 {
-			t.Errorf("%s: %d up series, want 1: %s", inst, len(g), seriesLabels(g))
+			errorf(t, "%s: %d up series, want 1: %s", inst, len(g), seriesLabels(g))
 			continue
 		}
 		after := 0
@@ -241,16 +241,16 @@ func TestFailoverAfterSIGKILL(t *testing.T) {
 			if s.T > killed.UnixMilli() {
 				after++
 				if s.V != 1 {
-					t.Errorf("%s: up=%v at %s after the failover", inst, s.V, msTime(s.T))
+					errorf(t, "%s: up=%v at %s after the failover", inst, s.V, msTime(s.T))
 				}
 			}
 		}
 		if after == 0 {
-			t.Errorf("%s: no up sample after the kill", inst)
+			errorf(t, "%s: no up sample after the kill", inst)
 		}
 	}
 	if err := checkSeriesClean(ups); err != nil {
-		t.Error(err)
+		fail(t, err)
 	}
 	recv.checkNoRejections(t)
 }
@@ -276,7 +276,7 @@ func TestRollingRestart(t *testing.T) {
 		a.waitReady(startTimeout)
 		owners := waitConverged(t, nodes, targets)
 		if len(owners.targetsOf(a.spec.name)) == 0 {
-			t.Errorf("%s owns nothing after its restart: %s", a.spec.name, owners.summary())
+			errorf(t, "%s owns nothing after its restart: %s", a.spec.name, owners.summary())
 		}
 	}
 	ended := time.Now()
@@ -285,7 +285,7 @@ func TestRollingRestart(t *testing.T) {
 
 	ups, err := recv.seriesOf("up")
 	if err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	upBy := byInstance(ups)
 	var longest time.Duration
@@ -293,7 +293,7 @@ func TestRollingRestart(t *testing.T) {
 	for _, tg := range targets {
 		g := upBy[tg.addr]
 		if len(g) != 1 {
-			t.Errorf("%s: %d up series, want 1 (a moved target continues its series): %s", tg.addr, len(g), seriesLabels(g))
+			errorf(t, "%s: %d up series, want 1 (a moved target continues its series): %s", tg.addr, len(g), seriesLabels(g))
 			continue
 		}
 		ss := g[0].samples
@@ -306,7 +306,7 @@ func TestRollingRestart(t *testing.T) {
 				longest, longestAt = gap, fmt.Sprintf("%s between %s and %s", tg.addr, msTime(ss[i-1].T), msTime(ss[i].T))
 			}
 			if gap > gapBound {
-				t.Errorf("%s: no sample for %v (between %s and %s), bound %v", tg.addr, gap, msTime(ss[i-1].T), msTime(ss[i].T), gapBound)
+				errorf(t, "%s: no sample for %v (between %s and %s), bound %v", tg.addr, gap, msTime(ss[i-1].T), msTime(ss[i].T), gapBound)
 			}
 		}
 	}
@@ -315,37 +315,37 @@ func TestRollingRestart(t *testing.T) {
 	// No staleness marker anywhere: every series only moved.
 	all, err := recv.Samples()
 	if err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	stale := 0
 	for key, ss := range all {
 		for _, s := range ss {
 			if s.IsStale() {
 				if stale < 5 {
-					t.Errorf("staleness marker on %s at %s", key, msTime(s.T))
+					errorf(t, "staleness marker on %s at %s", key, msTime(s.T))
 				}
 				stale++
 			}
 		}
 	}
 	if stale > 0 {
-		t.Errorf("%d staleness markers on series that only moved", stale)
+		errorf(t, "%d staleness markers on series that only moved", stale)
 	}
 	vals, err := recv.counterValues()
 	if err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	holes := 0
 	for _, tg := range targets {
 		missing, err := missingValues(vals[tg.addr], maxValue(vals[tg.addr]))
 		if err != nil {
-			t.Errorf("%s: %v", tg.addr, err)
+			errorf(t, "%s: %v", tg.addr, err)
 		}
 		holes += len(missing)
 	}
 	t.Logf("counter values never received: %d in total", holes)
 	if holes > 0 {
-		t.Errorf("%d counter values never reached the receiver", holes)
+		errorf(t, "%d counter values never reached the receiver", holes)
 	}
 	recv.checkNoRejections(t)
 }
@@ -378,7 +378,7 @@ func TestScaleOut(t *testing.T) {
 		}
 		moved++
 		if to != fourth.spec.name {
-			t.Errorf("%s moved from %s to %s: only moves to the new replica are expected", tg.addr, from, to)
+			errorf(t, "%s moved from %s to %s: only moves to the new replica are expected", tg.addr, from, to)
 		}
 	}
 	frac := float64(moved) / shardedTargets
@@ -398,10 +398,10 @@ func TestScaleOut(t *testing.T) {
 	// keys among all nodes would move about three quarters.
 	const maxMoved = 0.45
 	if frac > maxMoved {
-		t.Errorf("moved fraction %.3f > %.2f", frac, maxMoved)
+		errorf(t, "moved fraction %.3f > %.2f", frac, maxMoved)
 	}
 	if moved == 0 {
-		t.Errorf("no target moved to the new replica")
+		errorf(t, "no target moved to the new replica")
 	}
 
 	ended := time.Now()
@@ -409,15 +409,15 @@ func TestScaleOut(t *testing.T) {
 	waitReceiverCaughtUp(t, recv, targets, ended)
 	ups, err := recv.seriesOf("up")
 	if err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	for inst, g := range byInstance(ups) {
 		if len(g) != 1 {
-			t.Errorf("%s: %d up series, want 1: %s", inst, len(g), seriesLabels(g))
+			errorf(t, "%s: %d up series, want 1: %s", inst, len(g), seriesLabels(g))
 		}
 	}
 	if err := checkSeriesClean(ups); err != nil {
-		t.Error(err)
+		fail(t, err)
 	}
 	recv.checkNoRejections(t)
 }

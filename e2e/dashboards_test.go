@@ -63,11 +63,11 @@ func TestDashboardsAndAlerts(t *testing.T) {
 	for _, a := range nodes {
 		resp, err := httpClient.Post(a.url("/-/reload"), "", nil)
 		if err != nil {
-			t.Fatal(err)
+			fatal(t, err)
 		}
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
-			t.Fatalf("%s: reload: %s", a.spec.name, resp.Status)
+			fatalf(t, "%s: reload: %s", a.spec.name, resp.Status)
 		}
 	}
 
@@ -85,11 +85,11 @@ func TestDashboardsAndAlerts(t *testing.T) {
 	// Every metric name the dashboards and rules use is one shoal exports.
 	dashboards, err := operations.Dashboards()
 	if err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	groups, errs := rulefmt.Parse(operations.Rules(), false, model.UTF8Validation, parser.NewParser(parser.Options{}), promslog.NewNopLogger())
 	if len(errs) > 0 {
-		t.Fatal(errs)
+		fatal(t, errs)
 	}
 	vars := map[string]string{"job": ".+", "instance": ".+", "__rate_interval": model.Duration(5 * dashScrapeInterval).String()}
 	used := map[string]string{"shoal_build_info": "the dashboards' variables"}
@@ -98,7 +98,7 @@ func TestDashboardsAndAlerts(t *testing.T) {
 			for _, q := range p.Targets {
 				names, err := operations.MetricNames(operations.Expand(q.Expr, vars))
 				if err != nil {
-					t.Fatalf("%s %q: %v", d.File, p.Title, err)
+					fatalf(t, "%s %q: %v", d.File, p.Title, err)
 				}
 				for _, n := range names {
 					used[n] = fmt.Sprintf("%s panel %q", d.File, p.Title)
@@ -110,7 +110,7 @@ func TestDashboardsAndAlerts(t *testing.T) {
 		for _, r := range g.Rules {
 			names, err := operations.MetricNames(r.Expr)
 			if err != nil {
-				t.Fatalf("%s: %v", r.Alert, err)
+				fatalf(t, "%s: %v", r.Alert, err)
 			}
 			for _, n := range names {
 				used[n] = "alert " + r.Alert
@@ -137,7 +137,7 @@ func TestDashboardsAndAlerts(t *testing.T) {
 		return nil
 	})
 	for _, m := range missing {
-		t.Errorf("%s, which shoal does not export", m)
+		errorf(t, "%s, which shoal does not export", m)
 	}
 
 	// Every panel returns data from the receiver.
@@ -149,7 +149,7 @@ func TestDashboardsAndAlerts(t *testing.T) {
 				for _, q := range p.Targets {
 					n, err := queryReceiver(tr, operations.Expand(q.Expr, vars), time.Now())
 					if err != nil {
-						t.Fatalf("%s %q: %v", d.File, p.Title, err)
+						fatalf(t, "%s %q: %v", d.File, p.Title, err)
 					}
 					hasData = hasData || n > 0
 				}
@@ -190,11 +190,11 @@ func TestDashboardsAndAlerts(t *testing.T) {
 		for name, expr := range alerts {
 			n, err := queryReceiver(tr, expr, time.Now())
 			if err != nil {
-				t.Fatalf("%s: %v", name, err)
+				fatalf(t, "%s: %v", name, err)
 			}
 			if n > 0 {
 				r, _ := receiverAPI(tr, "/api/v1/query", url.Values{"query": {expr}})
-				t.Errorf("alert %s is true on a healthy cluster: %s\n%s", name, expr, r.Data.Result)
+				errorf(t, "alert %s is true on a healthy cluster: %s\n%s", name, expr, r.Data.Result)
 			}
 		}
 		time.Sleep(dashScrapeInterval)
@@ -207,17 +207,17 @@ func TestDashboardsAndAlerts(t *testing.T) {
 	// 30s default; scaled to this test's interval it is three intervals.
 	orphanExpr, ok := strings.CutSuffix(strings.TrimSpace(alerts["ShoalTargetsOrphaned"]), "> 120")
 	if !ok {
-		t.Fatalf("ShoalTargetsOrphaned is no longer `... > 120`: %s", alerts["ShoalTargetsOrphaned"])
+		fatalf(t, "ShoalTargetsOrphaned is no longer `... > 120`: %s", alerts["ShoalTargetsOrphaned"])
 	}
 	orphanExpr += "> " + strconv.Itoa(int(3*dashScrapeInterval/time.Second))
 
 	victim := nodes[2]
 	owned, err := victim.activeTargets()
 	if err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	if len(owned) == 0 {
-		t.Fatalf("%s scrapes nothing; nothing to orphan", victim.spec.name)
+		fatalf(t, "%s scrapes nothing; nothing to orphan", victim.spec.name)
 	}
 	before := time.Now()
 	victim.kill()
@@ -262,24 +262,24 @@ func TestDashboardsAndAlerts(t *testing.T) {
 	// and only those.
 	orphans, err := queryRangeInstances(tr, orphanExpr, killed, resumed, 250*time.Millisecond)
 	if err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	if len(orphans) == 0 {
-		t.Errorf("no orphan seen between the kill and the take-over (%v)", resumed.Sub(killed).Round(100*time.Millisecond))
+		errorf(t, "no orphan seen between the kill and the take-over (%v)", resumed.Sub(killed).Round(100*time.Millisecond))
 	}
 	for _, inst := range orphans {
 		if _, ok := owned[inst]; !ok {
-			t.Errorf("%s was an orphan, but %s did not scrape it", inst, victim.spec.name)
+			errorf(t, "%s was an orphan, but %s did not scrape it", inst, victim.spec.name)
 		}
 	}
 	t.Logf("%d of %s's %d targets were orphans for a while; take-over after %v", len(orphans), victim.spec.name, len(owned), resumed.Sub(killed).Round(100*time.Millisecond))
 	// Before the kill there were none, at the same threshold.
 	if early, err := queryRangeInstances(tr, orphanExpr, before.Add(-20*time.Second), before, 250*time.Millisecond); err != nil || len(early) > 0 {
-		t.Errorf("orphans before the kill: %v (%v)", early, err)
+		errorf(t, "orphans before the kill: %v (%v)", early, err)
 	}
 	// And once the survivors scrape them, nobody is an orphan any more.
 	if n, err := queryReceiver(tr, orphanExpr, time.Now()); err != nil || n > 0 {
-		t.Errorf("orphans after the take-over: %d (%v)", n, err)
+		errorf(t, "orphans after the take-over: %d (%v)", n, err)
 	}
 }
 
@@ -316,7 +316,7 @@ func writeDashboardConfig(t *testing.T, path string, nodes []*agent, targets []*
         action: drop
 `, iv, iv, jobs, writeURL, model.Duration(batchSendDeadline))
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 }
 
@@ -329,7 +329,7 @@ func refusalOnly(t *testing.T, name string) bool {
 	}
 	src, err := os.ReadFile("../remotewrite/metrics.go")
 	if err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	return strings.Contains(string(src), `Name: "`+name+`"`)
 }
@@ -342,7 +342,7 @@ func monitorsOnly(t *testing.T, name string) bool {
 	}
 	src, err := os.ReadFile("../monitors/watch.go")
 	if err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	return strings.Contains(string(src), `Name: "`+name+`"`)
 }

@@ -35,7 +35,7 @@ func startGatedReceiver(t testing.TB) *gatedReceiver {
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	r, err := receiver.New(t.TempDir(), logger)
 	if err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	g := &gatedReceiver{testReceiver: &testReceiver{Receiver: r}, acks: make(chan time.Time, 64)}
 	h := r.Handler()
@@ -61,7 +61,7 @@ func startGatedReceiver(t testing.TB) *gatedReceiver {
 	t.Cleanup(func() {
 		g.srv.Close()
 		if err := r.Close(); err != nil {
-			t.Errorf("closing receiver: %v", err)
+			errorf(t, "closing receiver: %v", err)
 		}
 	})
 	return g
@@ -95,7 +95,7 @@ func durabilityConfig(t testing.TB, targets []string, url string, queueYAML ...s
 	}
 	path := filepath.Join(t.TempDir(), "shoal.yml")
 	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	return path
 }
@@ -128,12 +128,12 @@ func checkCounters(t *testing.T, recv *testReceiver, targets []*target, want map
 	})
 	vals, err := recv.counterValues()
 	if err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	for _, tg := range targets {
 		missing, err := missingValues(vals[tg.addr], want[tg.addr])
 		if err != nil {
-			t.Errorf("%s: %v", tg.addr, err)
+			errorf(t, "%s: %v", tg.addr, err)
 		}
 		var lost []int
 		for _, m := range missing {
@@ -142,7 +142,7 @@ func checkCounters(t *testing.T, recv *testReceiver, targets []*target, want map
 			}
 		}
 		if len(lost) > 0 {
-			t.Errorf("%s: counter values %v lost (1..%d served; missing %v)", tg.addr, lost, want[tg.addr], missing)
+			errorf(t, "%s: counter values %v lost (1..%d served; missing %v)", tg.addr, lost, want[tg.addr], missing)
 		}
 	}
 }
@@ -158,13 +158,13 @@ func checkRefusalsExplained(t *testing.T, recv *testReceiver, a *agent) {
 	st := recv.Stats()
 	b, err := os.ReadFile(a.logPath)
 	if err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	explained := uint64(strings.Count(string(b), "Remote write refused a re-sent request"))
 	t.Logf("receiver: stored=%d exact_duplicates=%d out_of_order=%d duplicate=%d too_old=%d rolled_back=%d; in-flight requests re-sent and refused as present: %d",
 		st.Stored, st.Dropped, st.OutOfOrder, st.Duplicate, st.TooOld, st.RolledBack, explained)
 	if st.Rejected() > explained || st.Duplicate+st.TooOld+st.Invalid > 0 {
-		t.Errorf("receiver refused %d samples, only %d explained by requests in flight at a kill", st.Rejected(), explained)
+		errorf(t, "receiver refused %d samples, only %d explained by requests in flight at a kill", st.Rejected(), explained)
 	}
 }
 
@@ -182,12 +182,12 @@ func appendToFile(t testing.TB, path, text string) {
 	t.Helper()
 	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	if _, err := f.WriteString(text); err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	if err := f.Close(); err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 }

@@ -25,7 +25,7 @@ func TestKillLoop(t *testing.T) {
 	if s := os.Getenv("SHOAL_E2E_KILLS"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 {
-			t.Fatalf("SHOAL_E2E_KILLS=%q: want a positive integer", s)
+			fatalf(t, "SHOAL_E2E_KILLS=%q: want a positive integer", s)
 		}
 		kills = n
 	}
@@ -67,20 +67,20 @@ func TestKillLoop(t *testing.T) {
 	checkRefusalsExplained(t, recv.testReceiver, a)
 	ups, err := recv.seriesOf("up")
 	if err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	if err := checkSeriesClean(ups); err != nil {
-		t.Error(err)
+		fail(t, err)
 	}
 	logText, err := os.ReadFile(a.logPath)
 	if err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	truncations := strings.Count(string(logText), "WAL truncated")
 	repairs := strings.Count(string(logText), "repairing")
 	t.Logf("kills survived: %d in %v; WAL truncations (with checkpoints) logged: %d, torn tails repaired: %d",
 		survived, time.Since(begin).Round(time.Second), truncations, repairs)
 	if truncations == 0 {
-		t.Error("no WAL truncation happened during the loop: the kills never met one")
+		fail(t, "no WAL truncation happened during the loop: the kills never met one")
 	}
 }

@@ -41,7 +41,7 @@ func TestKillRightAfterAcknowledgement(t *testing.T) {
 		select {
 		case <-recv.acks:
 		case <-deadline:
-			t.Fatalf("only %d acknowledgements", n)
+			fatalf(t, "only %d acknowledgements", n)
 		}
 	}
 	time.Sleep(50 * time.Millisecond) // the kill point: shortly after the acknowledgement
@@ -100,13 +100,13 @@ func TestOutageThenAuthWindow(t *testing.T) {
 		"shoal_remotewrite_samples_dropped_total":        nil,
 	} {
 		if v, err := a.metricValue(name, want); err == nil && v != 0 {
-			t.Errorf("%s = %v, want 0", name, v)
+			errorf(t, "%s = %v, want 0", name, v)
 		}
 	}
 	for _, code := range []string{"503", "403", "401", "404"} {
 		v, err := a.metricValue("shoal_remotewrite_retries_total", map[string]string{"reason": code})
 		if err != nil || v < 1 {
-			t.Errorf("shoal_remotewrite_retries_total{reason=%q} = %v (%v), want >= 1", code, v, err)
+			errorf(t, "shoal_remotewrite_retries_total{reason=%q} = %v (%v), want >= 1", code, v, err)
 		}
 	}
 }

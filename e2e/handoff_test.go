@@ -126,7 +126,7 @@ func (h *handoffRun) finish(checkValues bool) time.Duration {
 
 	h.recv.checkNoRejections(t)
 	if st := h.recv.Stats(); st.Dropped != 0 {
-		t.Errorf("receiver dropped %d exact duplicates: a sample was sent twice", st.Dropped)
+		errorf(t, "receiver dropped %d exact duplicates: a sample was sent twice", st.Dropped)
 	}
 	for _, a := range live {
 		logHandoffMetrics(t, a)
@@ -134,17 +134,17 @@ func (h *handoffRun) finish(checkValues bool) time.Duration {
 	checkNoFailedSamples(t, live)
 	for name, v := range h.failed {
 		if v != 0 {
-			t.Errorf("%s: prometheus_remote_storage_samples_failed_total = %v before it stopped, want 0", name, v)
+			errorf(t, "%s: prometheus_remote_storage_samples_failed_total = %v before it stopped, want 0", name, v)
 		}
 	}
 
 	// One series per target, no staleness marker, bounded gaps.
 	ups, err := h.recv.seriesOf("up")
 	if err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	if err := checkSeriesClean(ups); err != nil {
-		t.Error(err)
+		fail(t, err)
 	}
 	upBy := byInstance(ups)
 	var longest time.Duration
@@ -152,7 +152,7 @@ func (h *handoffRun) finish(checkValues bool) time.Duration {
 	for _, tg := range h.targets {
 		g := upBy[tg.addr]
 		if len(g) != 1 {
-			t.Errorf("%s: %d up series, want 1: %s", tg.addr, len(g), seriesLabels(g))
+			errorf(t, "%s: %d up series, want 1: %s", tg.addr, len(g), seriesLabels(g))
 			continue
 		}
 		ss := g[0].samples
@@ -172,7 +172,7 @@ func (h *handoffRun) finish(checkValues bool) time.Duration {
 	}
 	t.Logf("longest per-target gap %v (%s); bound %v", longest, longestAt, bound)
 	if longest > bound {
-		t.Errorf("a target went %v without a sample (%s); bound %v", longest, longestAt, bound)
+		errorf(t, "a target went %v without a sample (%s); bound %v", longest, longestAt, bound)
 	}
 
 	// Never scraped by two nodes at once: two scrapes of a target closer
@@ -201,7 +201,7 @@ func (h *handoffRun) finish(checkValues bool) time.Duration {
 				t.Logf("%s scraped twice within %v at %s over one connection (%s): one late scrape, not two scrapers", tg.addr, d.Round(time.Millisecond), served[i].Format("15:04:05.000"), who1)
 				continue
 			}
-			t.Errorf("%s scraped twice within %v at %s: by %q over %s and %q over %s", tg.addr, d.Round(time.Millisecond), served[i].Format("15:04:05.000"), who1, c1, who2, c2)
+			errorf(t, "%s scraped twice within %v at %s: by %q over %s and %q over %s", tg.addr, d.Round(time.Millisecond), served[i].Format("15:04:05.000"), who1, c1, who2, c2)
 			break
 		}
 	}
@@ -219,17 +219,17 @@ func (h *handoffRun) finish(checkValues bool) time.Duration {
 	if checkValues {
 		vals, err := h.recv.counterValues()
 		if err != nil {
-			t.Fatal(err)
+			fatal(t, err)
 		}
 		holes := 0
 		for _, tg := range h.targets {
 			missing, err := missingValues(vals[tg.addr], maxValue(vals[tg.addr]))
 			if err != nil {
-				t.Errorf("%s: %v", tg.addr, err)
+				errorf(t, "%s: %v", tg.addr, err)
 			}
 			if len(missing) > 0 {
 				holes += len(missing)
-				t.Errorf("%s: counter values %v never reached the receiver", tg.addr, missing)
+				errorf(t, "%s: counter values %v never reached the receiver", tg.addr, missing)
 			}
 		}
 		t.Logf("counter values missing at the receiver: %d", holes)
@@ -247,11 +247,11 @@ func checkNoFailedSamples(t *testing.T, nodes []*agent) {
 		}
 		v, err := a.metricValue("prometheus_remote_storage_samples_failed_total", nil)
 		if err != nil {
-			t.Errorf("%s: %v", a.spec.name, err)
+			errorf(t, "%s: %v", a.spec.name, err)
 			continue
 		}
 		if v != 0 {
-			t.Errorf("%s: prometheus_remote_storage_samples_failed_total = %v, want 0", a.spec.name, v)
+			errorf(t, "%s: prometheus_remote_storage_samples_failed_total = %v, want 0", a.spec.name, v)
 		}
 	}
 }
@@ -300,7 +300,7 @@ func TestHandoffRollingRestart(t *testing.T) {
 		a.waitReady(startTimeout)
 		owners := waitConverged(t, h.nodes, h.targets)
 		if len(owners.targetsOf(a.spec.name)) == 0 {
-			t.Errorf("%s owns nothing after its restart: %s", a.spec.name, owners.summary())
+			errorf(t, "%s owns nothing after its restart: %s", a.spec.name, owners.summary())
 		}
 	}
 	h.finish(true)
@@ -315,7 +315,7 @@ func TestHandoffScaleOutAndIn(t *testing.T) {
 	fourth.waitReady(startTimeout)
 	after := waitConverged(t, h.nodes, h.targets)
 	if len(after.targetsOf(fourth.spec.name)) == 0 {
-		t.Fatalf("the fourth node took no target: %s", after.summary())
+		fatalf(t, "the fourth node took no target: %s", after.summary())
 	}
 	waitServed(t, h.targets, time.Now(), 3, convergeTimeout)
 	h.stop(fourth)
@@ -330,12 +330,12 @@ func TestHandoffSIGKILL(t *testing.T) {
 	h := newHandoffRun(t, 3)
 	owners, err := snapshotOwnership(h.nodes, h.targets)
 	if err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	victim := h.nodes[1]
 	orphans := owners.targetsOf(victim.spec.name)
 	if len(orphans) == 0 {
-		t.Fatalf("%s owns nothing: %s", victim.spec.name, owners.summary())
+		fatalf(t, "%s owns nothing: %s", victim.spec.name, owners.summary())
 	}
 	byAddr := map[string]*target{}
 	for _, tg := range h.targets {
@@ -358,7 +358,7 @@ func TestHandoffSIGKILL(t *testing.T) {
 	})
 	t.Logf("SIGKILL of %s (%d targets): all scraped again after %v (bound %v)", victim.spec.name, len(orphans), covered.Round(time.Millisecond), bound)
 	if covered > bound {
-		t.Errorf("coverage back after %v, bound failure detection + hand-off delay + 2 intervals = %v", covered, bound)
+		errorf(t, "coverage back after %v, bound failure detection + hand-off delay + 2 intervals = %v", covered, bound)
 	}
 	// The killed node's unsent samples stay in its WAL: values may be missing
 	// until it comes back; ordering and one series per target still hold.
@@ -379,13 +379,13 @@ func TestHandoffRemoteDownAcrossScaleOut(t *testing.T) {
 	fourth.waitReady(startTimeout)
 	after := waitConverged(t, h.nodes, h.targets)
 	if len(after.targetsOf(fourth.spec.name)) == 0 {
-		t.Fatalf("the fourth node took no target: %s", after.summary())
+		fatalf(t, "the fourth node took no target: %s", after.summary())
 	}
 	if d := 30*time.Second - time.Since(down); d > 0 {
 		time.Sleep(d) // the outage itself, not a synchronisation
 	}
 	if holds, err := fourth.metricValue("shoal_handoff_holds", nil); err != nil || holds == 0 {
-		t.Errorf("the new owner holds no remote-write queue during the outage (holds=%v, err=%v)", holds, err)
+		errorf(t, "the new owner holds no remote-write queue during the outage (holds=%v, err=%v)", holds, err)
 	}
 	h.recv.unavailable.Store(false)
 	t.Logf("receiver down for %v; %d writes refused with 503", time.Since(down).Round(time.Second), h.recv.refused.Load())

@@ -72,13 +72,13 @@ func runHandoverScaleIn(t *testing.T, sc handoverScenario) {
 	t.Logf("%s stopped in %v", leaver.spec.name, time.Since(began).Round(time.Millisecond))
 	line := logLine(t, leaver, "Backlog handed over")
 	if line == "" {
-		t.Fatalf("%s: no \"Backlog handed over\" in its log", leaver.spec.name)
+		fatalf(t, "%s: no \"Backlog handed over\" in its log", leaver.spec.name)
 	}
 	peer := logField(line, "peer")
 	t.Logf("transfer: %s", line)
 	// Deployment: the leaver's storage goes with the pod.
 	if err := os.RemoveAll(leaver.storage); err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	waitConverged(t, live, targets)
 
@@ -90,7 +90,7 @@ func runHandoverScaleIn(t *testing.T, sc handoverScenario) {
 			}
 		}
 		if rcv == nil {
-			t.Fatalf("the transfer went to %q, not a live node", peer)
+			fatalf(t, "the transfer went to %q, not a live node", peer)
 		}
 		rcv.kill()
 		t.Logf("%s SIGKILLed after acknowledging the transfer; starting it again", rcv.spec.name)
@@ -113,12 +113,12 @@ func runHandoverScaleIn(t *testing.T, sc handoverScenario) {
 		scraped, served, st.Stored, st.OutOfOrder, st.Duplicate, st.TooOld, st.Dropped)
 	recv.checkNoRejections(t)
 	if st.Dropped != 0 {
-		t.Errorf("receiver dropped %d exact duplicates: a sample was sent twice", st.Dropped)
+		errorf(t, "receiver dropped %d exact duplicates: a sample was sent twice", st.Dropped)
 	}
 	checkNoFailedSamples(t, live)
 	for _, a := range live {
 		if v, err := a.metricValue("shoal_handover_prometheus_remote_storage_samples_failed_total", nil); err == nil && v != 0 {
-			t.Errorf("%s: %v samples of a backlog taken over failed", a.spec.name, v)
+			errorf(t, "%s: %v samples of a backlog taken over failed", a.spec.name, v)
 		}
 	}
 	eventually(t, convergeTimeout, "the backlog taken over is delivered and withdrawn", func() error {
@@ -180,13 +180,13 @@ func runHandoverFailure(t *testing.T, n int, peerArgs []string, reason string) {
 	t.Logf("%s stopped in %v", a.spec.name, time.Since(began).Round(time.Millisecond))
 	line := logLine(t, a, "Backlog hand-over failed")
 	if !strings.Contains(line, "reason="+reason) {
-		t.Fatalf("want a hand-over failure with reason %s in the log, got %q", reason, line)
+		fatalf(t, "want a hand-over failure with reason %s in the log, got %q", reason, line)
 	}
 	t.Logf("failure: %s", line)
 	for _, p := range nodes[1:] {
 		v, err := p.metricValue("shoal_handover_failures_total", map[string]string{"direction": "received", "reason": reason})
 		if err != nil || v != 1 {
-			t.Errorf("%s: shoal_handover_failures_total{direction=received,reason=%s} = %v (%v), want 1", p.spec.name, reason, v, err)
+			errorf(t, "%s: shoal_handover_failures_total{direction=received,reason=%s} = %v (%v), want 1", p.spec.name, reason, v, err)
 		}
 	}
 	if n > 1 {
@@ -200,7 +200,7 @@ func runHandoverFailure(t *testing.T, n int, peerArgs []string, reason string) {
 	checkCounters(t, recv.testReceiver, targets, want, nil)
 	recv.checkNoRejections(t)
 	if st := recv.Stats(); st.Dropped != 0 {
-		t.Errorf("receiver dropped %d exact duplicates", st.Dropped)
+		errorf(t, "receiver dropped %d exact duplicates", st.Dropped)
 	}
 	checkNoFailedSamples(t, nodes)
 }
@@ -226,7 +226,7 @@ func logLine(t *testing.T, a *agent, s string) string {
 	t.Helper()
 	b, err := os.ReadFile(a.logPath)
 	if err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	var found string
 	for _, l := range strings.Split(string(b), "\n") {

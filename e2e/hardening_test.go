@@ -31,7 +31,7 @@ func TestDiskFullWhileRunning(t *testing.T) {
 	metric := func(name string, lbls map[string]string, want func(float64) bool) func() error {
 		return func() error {
 			if err := a.exitedEarly(); err != nil {
-				t.Fatal(err)
+				fatal(t, err)
 			}
 			v, err := a.metricValue(name, lbls)
 			if err != nil {
@@ -67,10 +67,10 @@ func TestDiskFullWhileRunning(t *testing.T) {
 	eventually(t, startTimeout, "the WAL writable again", metric("shoal_wal_writable", nil, func(v float64) bool { return v == 1 }))
 	after := servedNow(targets)
 	if v, err := a.metricValue("shoal_wal_write_recoveries_total", nil); err != nil || v < 1 {
-		t.Errorf("shoal_wal_write_recoveries_total = %v (%v), want at least 1", v, err)
+		errorf(t, "shoal_wal_write_recoveries_total = %v (%v), want at least 1", v, err)
 	}
 	if v, err := a.metricValue("shoal_wal_write_failures_total", nil); err != nil || v < 1 {
-		t.Errorf("shoal_wal_write_failures_total = %v (%v), want at least 1", v, err)
+		errorf(t, "shoal_wal_write_failures_total = %v (%v), want at least 1", v, err)
 	}
 	recv.status.Store(0)
 	eventually(t, startTimeout, "scrapes after the recovery", servedAtLeast(after, 5))
@@ -91,11 +91,11 @@ func TestDiskFullWhileRunning(t *testing.T) {
 
 	log, err := os.ReadFile(a.logPath)
 	if err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	for _, want := range []string{"Writing to the WAL failed", "no space left on device", "The WAL is writable again"} {
 		if !strings.Contains(string(log), want) {
-			t.Errorf("the log lacks %q", want)
+			errorf(t, "the log lacks %q", want)
 		}
 	}
 
@@ -104,7 +104,7 @@ func TestDiskFullWhileRunning(t *testing.T) {
 	a.start()
 	a.waitReady(startTimeout)
 	if v, err := a.metricValue("shoal_wal_corruptions_repaired_total", nil); err != nil || v != 0 {
-		t.Errorf("replay after the outage repaired %v corruptions (%v), want 0", v, err)
+		errorf(t, "replay after the outage repaired %v corruptions (%v), want 0", v, err)
 	}
 	a.stop()
 }

@@ -63,7 +63,7 @@ var httpClient = &http.Client{Timeout: 5 * time.Second}
 func eventually(t testing.TB, timeout time.Duration, what string, f func() error) {
 	t.Helper()
 	if err := poll(timeout, f); err != nil {
-		t.Fatalf("%s: not reached within %v: %v", what, timeout, err)
+		fatalf(t, "%s: not reached within %v: %v", what, timeout, err)
 	}
 }
 
@@ -95,7 +95,7 @@ func freePort(t testing.TB, ip string) int {
 	for range 100 {
 		l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
 		if err != nil {
-			t.Fatalf("probing a free port on %s: %v", ip, err)
+			fatalf(t, "probing a free port on %s: %v", ip, err)
 		}
 		port := l.Addr().(*net.TCPAddr).Port
 		u, err := net.ListenPacket("udp", net.JoinHostPort(ip, strconv.Itoa(port)))
@@ -111,7 +111,7 @@ func freePort(t testing.TB, ip string) int {
 		usedPorts[key] = true
 		return port
 	}
-	t.Fatalf("no free TCP+UDP port on %s", ip)
+	fatalf(t, "no free TCP+UDP port on %s", ip)
 	return 0
 }
 
@@ -160,10 +160,10 @@ func writeConfig(t testing.TB, dir string, o configOpts) string {
 		group := []map[string]any{{"targets": o.targets, "labels": map[string]string{"source": "file_sd"}}}
 		data, err := json.Marshal(group)
 		if err != nil {
-			t.Fatal(err)
+			fatal(t, err)
 		}
 		if err := os.WriteFile(sdPath, data, 0o644); err != nil {
-			t.Fatal(err)
+			fatal(t, err)
 		}
 		fmt.Fprintf(&b, "    file_sd_configs:\n      - files: [%q]\n        refresh_interval: 1m\n", sdPath)
 	} else {
@@ -177,7 +177,7 @@ func writeConfig(t testing.TB, dir string, o configOpts) string {
 	}
 	path := filepath.Join(dir, "shoal.yml")
 	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	return path
 }
@@ -274,12 +274,12 @@ func (a *agent) start() {
 		select {
 		case <-a.done:
 		default:
-			a.t.Fatalf("%s: start while already running", a.spec.name)
+			fatalf(a.t, "%s: start while already running", a.spec.name)
 		}
 	}
 	logf, err := os.OpenFile(a.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		a.t.Fatal(err)
+		fatal(a.t, err)
 	}
 	args := a.args()
 	fmt.Fprintf(logf, "=== e2e %s: starting %s %s\n", time.Now().Format(time.RFC3339Nano), shoalBin, strings.Join(args, " "))
@@ -290,7 +290,7 @@ func (a *agent) start() {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		logf.Close()
-		a.t.Fatalf("%s: starting shoal: %v", a.spec.name, err)
+		fatalf(a.t, "%s: starting shoal: %v", a.spec.name, err)
 	}
 	done := make(chan struct{})
 	a.cmd, a.done = cmd, done
@@ -334,7 +334,7 @@ func (a *agent) signal(sig syscall.Signal) {
 	a.t.Helper()
 	cmd, _ := a.current()
 	if err := cmd.Process.Signal(sig); err != nil {
-		a.t.Fatalf("%s: sending %v: %v", a.spec.name, sig, err)
+		fatalf(a.t, "%s: sending %v: %v", a.spec.name, sig, err)
 	}
 }
 
@@ -348,7 +348,7 @@ func (a *agent) waitExit(timeout time.Duration) error {
 		defer a.mu.Unlock()
 		return a.waitErr
 	case <-time.After(timeout):
-		a.t.Fatalf("%s: did not exit within %v", a.spec.name, timeout)
+		fatalf(a.t, "%s: did not exit within %v", a.spec.name, timeout)
 		return nil
 	}
 }
@@ -365,7 +365,7 @@ func (a *agent) stop() {
 	a.t.Helper()
 	a.signal(syscall.SIGTERM)
 	if err := a.waitExit(stopTimeout); err != nil {
-		a.t.Fatalf("%s: SIGTERM: exited with %v, want status 0", a.spec.name, err)
+		fatalf(a.t, "%s: SIGTERM: exited with %v, want status 0", a.spec.name, err)
 	}
 }
 
@@ -418,7 +418,7 @@ func (a *agent) waitHTTP(timeout time.Duration) {
 	a.t.Helper()
 	eventually(a.t, timeout, a.spec.name+" HTTP up", func() error {
 		if err := a.exitedEarly(); err != nil {
-			a.t.Fatal(err)
+			fatal(a.t, err)
 		}
 		resp, err := httpClient.Get(a.url("/-/healthy"))
 		if err != nil {
@@ -434,7 +434,7 @@ func (a *agent) waitReady(timeout time.Duration) {
 	a.t.Helper()
 	eventually(a.t, timeout, a.spec.name+" ready", func() error {
 		if err := a.exitedEarly(); err != nil {
-			a.t.Fatal(err)
+			fatal(a.t, err)
 		}
 		resp, err := httpClient.Get(a.url("/-/ready"))
 		if err != nil {

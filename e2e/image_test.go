@@ -41,7 +41,7 @@ func TestImage(t *testing.T) {
 	needBinary(t)
 	root, err := moduleRoot()
 	if err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	ca := testutil.NewCA(t, "shoal image e2e CA")
 	o := ociimage.Options{
@@ -59,7 +59,7 @@ func TestImage(t *testing.T) {
 		start := time.Now()
 		res, err := ociimage.Build(t.Context(), o)
 		if err != nil {
-			t.Fatal(err)
+			fatal(t, err)
 		}
 		t.Logf("build %s: %v, index %s, %d bytes of blobs", name, time.Since(start).Round(time.Millisecond), res.Index, res.Size)
 		return res, o.Out
@@ -68,23 +68,23 @@ func TestImage(t *testing.T) {
 	second, _ := build("second")
 	img, err := ociimage.PlatformImage(layoutDir, amd64)
 	if err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 
 	t.Run("SameDigestTwice", func(t *testing.T) {
 		if first.Index != second.Index || first.Images["linux/amd64"] != second.Images["linux/amd64"] || first.SBOMs["linux/amd64"] != second.SBOMs["linux/amd64"] {
-			t.Errorf("two builds differ:\n first  %+v\n second %+v", first, second)
+			errorf(t, "two builds differ:\n first  %+v\n second %+v", first, second)
 		}
 	})
 	t.Run("Config", func(t *testing.T) { checkImageConfig(t, img) })
 	t.Run("SBOMListsTheLinkedModules", func(t *testing.T) {
 		data, err := os.ReadFile(filepath.Join(dir, "first-sbom", "linux-amd64.spdx.json"))
 		if err != nil {
-			t.Fatal(err)
+			fatal(t, err)
 		}
 		for _, want := range []string{`"name": "github.com/prometheus/prometheus"`, `"versionInfo": "v0.316.0"`, `"name": "github.com/hashicorp/memberlist"`, `"SPDX-2.3"`} {
 			if !bytes.Contains(data, []byte(want)) {
-				t.Errorf("SBOM lacks %s", want)
+				errorf(t, "SBOM lacks %s", want)
 			}
 		}
 	})
@@ -97,14 +97,14 @@ func caBundleWith(t *testing.T, extra []byte) string {
 	t.Helper()
 	bundle, err := os.ReadFile("/etc/ssl/certs/ca-certificates.crt")
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	path := filepath.Join(t.TempDir(), "ca-certificates.crt")
 	if len(bundle) > 0 && !bytes.HasSuffix(bundle, []byte("\n")) {
 		bundle = append(bundle, '\n')
 	}
 	if err := os.WriteFile(path, append(bundle, extra...), 0o644); err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	return path
 }
@@ -112,21 +112,21 @@ func caBundleWith(t *testing.T, extra []byte) string {
 func checkImageConfig(t *testing.T, img v1.Image) {
 	cfg, err := img.ConfigFile()
 	if err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	c := cfg.Config
 	if c.User != "65532:65532" || !slices.Equal(c.Entrypoint, []string{"/bin/shoal"}) {
-		t.Errorf("user %q, entrypoint %q: want 65532:65532 and /bin/shoal", c.User, c.Entrypoint)
+		errorf(t, "user %q, entrypoint %q: want 65532:65532 and /bin/shoal", c.User, c.Entrypoint)
 	}
 	if _, ok := c.Volumes["/data"]; !ok || len(c.Volumes) != 1 || !slices.Contains(c.Cmd, "--storage.path=/data") {
-		t.Errorf("volumes %v, cmd %q: want the one volume /data as the storage path", c.Volumes, c.Cmd)
+		errorf(t, "volumes %v, cmd %q: want the one volume /data as the storage path", c.Volumes, c.Cmd)
 	}
 	if c.Labels["org.opencontainers.image.version"] != "e2e" || c.Labels["org.opencontainers.image.revision"] != "test" ||
 		c.Labels["org.opencontainers.image.created"] != "2023-11-14T22:13:20Z" {
-		t.Errorf("labels %v", c.Labels)
+		errorf(t, "labels %v", c.Labels)
 	}
 	if cfg.OS != "linux" || cfg.Architecture != "amd64" {
-		t.Errorf("platform %s/%s", cfg.OS, cfg.Architecture)
+		errorf(t, "platform %s/%s", cfg.OS, cfg.Architecture)
 	}
 }
 
@@ -178,7 +178,7 @@ func runImage(t *testing.T, img v1.Image, ca *testutil.CA) {
 	tools := requireRuntime(t)
 	cfg, err := img.ConfigFile()
 	if err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	dir := t.TempDir()
 	rootfs, vol, conf := filepath.Join(dir, "rootfs"), filepath.Join(dir, "volume"), filepath.Join(dir, "config")
@@ -187,11 +187,11 @@ func runImage(t *testing.T, img v1.Image, ca *testutil.CA) {
 	// the image's ownership into a new volume; Kubernetes sets fsGroup).
 	for _, d := range []string{vol, conf} {
 		if err := os.Mkdir(d, 0o755); err != nil {
-			t.Fatal(err)
+			fatal(t, err)
 		}
 	}
 	if err := os.Chown(vol, ociimage.UID, ociimage.GID); err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 
 	recv := startReceiverTLS(t, serverTLS(t, ca))
@@ -211,7 +211,7 @@ func runImage(t *testing.T, img v1.Image, ca *testutil.CA) {
 	cmd.Env = cfg.Config.Env // what the image says, nothing from the test's environment
 	cmd.Stdout, cmd.Stderr = &logBuf, &logBuf
 	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
@@ -234,7 +234,7 @@ func runImage(t *testing.T, img v1.Image, ca *testutil.CA) {
 
 	eventually(t, startTimeout, "agent ready", func() error {
 		if err := exited(); err != nil {
-			t.Fatal(err)
+			fatal(t, err)
 		}
 		resp, err := httpClient.Get("http://" + webAddr + "/-/ready")
 		if err != nil {
@@ -253,7 +253,7 @@ func runImage(t *testing.T, img v1.Image, ca *testutil.CA) {
 	// arrive, and the receiver refused nothing.
 	eventually(t, convergeTimeout, "samples at the HTTPS receiver", func() error {
 		if err := exited(); err != nil {
-			t.Fatal(err)
+			fatal(t, err)
 		}
 		vals, err := recv.counterValues()
 		if err != nil {
@@ -268,16 +268,16 @@ func runImage(t *testing.T, img v1.Image, ca *testutil.CA) {
 
 	// SIGTERM to the entrypoint (PID 1 in its namespace): a clean exit.
 	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	select {
 	case err := <-done:
 		done <- err
 		if err != nil {
-			t.Fatalf("after SIGTERM the container exited with %v, want status 0", err)
+			fatalf(t, "after SIGTERM the container exited with %v, want status 0", err)
 		}
 	case <-time.After(stopTimeout):
-		t.Fatalf("the container did not exit within %v of SIGTERM", stopTimeout)
+		fatalf(t, "the container did not exit within %v of SIGTERM", stopTimeout)
 	}
 }
 
@@ -288,7 +288,7 @@ func serverTLS(t *testing.T, ca *testutil.CA) *tls.Config {
 	ca.Issue(t, "receiver", certFile, keyFile, testutil.LeafOptions{IPs: []net.IP{net.ParseIP("127.0.0.1")}})
 	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
 	if err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 }
@@ -306,7 +306,7 @@ func unpack(t *testing.T, img v1.Image, dir string) {
 			return
 		}
 		if err != nil {
-			t.Fatal(err)
+			fatal(t, err)
 		}
 		target := filepath.Join(dir, filepath.Clean("/"+h.Name))
 		switch h.Typeflag {
@@ -315,7 +315,7 @@ func unpack(t *testing.T, img v1.Image, dir string) {
 		case tar.TypeReg:
 			err = writeEntry(target, tr)
 		default:
-			t.Fatalf("%s: unexpected entry type %q in the image", h.Name, h.Typeflag)
+			fatalf(t, "%s: unexpected entry type %q in the image", h.Name, h.Typeflag)
 		}
 		if err == nil {
 			err = os.Lchown(target, h.Uid, h.Gid)
@@ -324,7 +324,7 @@ func unpack(t *testing.T, img v1.Image, dir string) {
 			err = os.Chmod(target, h.FileInfo().Mode().Perm())
 		}
 		if err != nil {
-			t.Fatal(err)
+			fatal(t, err)
 		}
 	}
 }
@@ -349,15 +349,15 @@ func containerPID(t *testing.T, unsharePID int) int {
 	t.Helper()
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", unsharePID, unsharePID))
 	if err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	fields := strings.Fields(string(data))
 	if len(fields) != 1 {
-		t.Fatalf("unshare has children %q, want one", fields)
+		fatalf(t, "unshare has children %q, want one", fields)
 	}
 	pid, err := strconv.Atoi(fields[0])
 	if err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	return pid
 }
@@ -369,14 +369,14 @@ func checkContainerProcess(t *testing.T, pid int, rootfs string) {
 	t.Helper()
 	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
 	if err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	if want := filepath.Join(rootfs, "bin/shoal"); exe != want {
-		t.Errorf("the container runs %s, want %s", exe, want)
+		errorf(t, "the container runs %s, want %s", exe, want)
 	}
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	ids := map[string][]string{}
 	for _, line := range strings.Split(string(status), "\n") {
@@ -386,13 +386,13 @@ func checkContainerProcess(t *testing.T, pid int, rootfs string) {
 	}
 	for key, want := range map[string][]string{"Uid": {"65532", "65532", "65532", "65532"}, "Gid": {"65532", "65532", "65532", "65532"}, "Groups": {"65532"}} {
 		if !slices.Equal(ids[key], want) {
-			t.Errorf("the agent's %s are %q, want %q", key, ids[key], want)
+			errorf(t, "the agent's %s are %q, want %q", key, ids[key], want)
 		}
 	}
 	mounts := map[string]string{} // mount point (in the container) -> options
 	f, err := os.Open(fmt.Sprintf("/proc/%d/mountinfo", pid))
 	if err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
@@ -402,10 +402,10 @@ func checkContainerProcess(t *testing.T, pid int, rootfs string) {
 		}
 	}
 	if opts := strings.Split(mounts["/"], ","); !slices.Contains(opts, "ro") {
-		t.Errorf("/ mounted %q in the container, want read-only", mounts["/"])
+		errorf(t, "/ mounted %q in the container, want read-only", mounts["/"])
 	}
 	if opts := strings.Split(mounts["/data"], ","); !slices.Contains(opts, "rw") {
-		t.Errorf("/data mounted %q in the container, want read-write", mounts["/data"])
+		errorf(t, "/data mounted %q in the container, want read-write", mounts["/data"])
 	}
 }
 
@@ -420,7 +420,7 @@ func checkVolumeWritten(t *testing.T, vol string) {
 		}
 		st := info.Sys().(*syscall.Stat_t)
 		if st.Uid != ociimage.UID {
-			t.Errorf("%s owned by uid %d, want %d", path, st.Uid, ociimage.UID)
+			errorf(t, "%s owned by uid %d, want %d", path, st.Uid, ociimage.UID)
 		}
 		if info.Mode().IsRegular() {
 			files++
@@ -428,9 +428,9 @@ func checkVolumeWritten(t *testing.T, vol string) {
 		return nil
 	})
 	if err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	if files == 0 {
-		t.Error("the agent wrote nothing into the storage volume")
+		fail(t, "the agent wrote nothing into the storage volume")
 	}
 }

@@ -57,15 +57,15 @@ func startKube(t *testing.T) *kube {
 	cp := k8stest.StartForTest(t)
 	dyn, err := dynamic.NewForConfig(cp.Config)
 	if err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	admin := filepath.Join(t.TempDir(), "admin.kubeconfig")
 	if err := cp.WriteAdminKubeconfig(admin, ""); err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	ch, err := loader.Load(filepath.Join("..", "charts", "shoal"))
 	if err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	return &kube{
 		t:     t,
@@ -80,7 +80,7 @@ func startKube(t *testing.T) *kube {
 func (k *kube) namespace(name string) {
 	k.t.Helper()
 	if err := k.cp.CreateNamespace(k.t.Context(), name); err != nil {
-		k.t.Fatal(err)
+		fatal(k.t, err)
 	}
 }
 
@@ -93,7 +93,7 @@ func (k *kube) helm(namespace string) *action.Configuration {
 	flags.Namespace = &namespace
 	cfg := new(action.Configuration)
 	if err := cfg.Init(flags, namespace, "secret", func(string, ...any) {}); err != nil {
-		k.t.Fatal(err)
+		fatal(k.t, err)
 	}
 	return cfg
 }
@@ -104,7 +104,7 @@ func values(t testing.TB, sets ...string) map[string]any {
 	v := map[string]any{}
 	for _, s := range sets {
 		if err := strvals.ParseInto(s, v); err != nil {
-			t.Fatalf("--set %s: %v", s, err)
+			fatalf(t, "--set %s: %v", s, err)
 		}
 	}
 	return v
@@ -117,7 +117,7 @@ func (k *kube) install(namespace, name string, vals map[string]any) *release.Rel
 	in.Timeout = 2 * time.Minute
 	rel, err := in.RunWithContext(k.t.Context(), k.chart, vals)
 	if err != nil {
-		k.t.Fatalf("helm install %s in %s: %v", name, namespace, err)
+		fatalf(k.t, "helm install %s in %s: %v", name, namespace, err)
 	}
 	return rel
 }
@@ -129,7 +129,7 @@ func (k *kube) upgrade(namespace, name string, vals map[string]any) *release.Rel
 	up.Timeout = 2 * time.Minute
 	rel, err := up.RunWithContext(k.t.Context(), name, k.chart, vals)
 	if err != nil {
-		k.t.Fatalf("helm upgrade %s in %s: %v", name, namespace, err)
+		fatalf(k.t, "helm upgrade %s in %s: %v", name, namespace, err)
 	}
 	return rel
 }
@@ -139,7 +139,7 @@ func (k *kube) uninstall(namespace, name string) {
 	un := action.NewUninstall(k.helm(namespace))
 	un.Timeout = 2 * time.Minute
 	if _, err := un.Run(name); err != nil {
-		k.t.Fatalf("helm uninstall %s in %s: %v", name, namespace, err)
+		fatalf(k.t, "helm uninstall %s in %s: %v", name, namespace, err)
 	}
 }
 
@@ -150,7 +150,7 @@ func objects(t testing.TB, manifest string) []*unstructured.Unstructured {
 	for doc := range strings.SplitSeq(manifest, "\n---") {
 		var m map[string]any
 		if err := yaml.Unmarshal([]byte(doc), &m); err != nil {
-			t.Fatalf("manifest: %v\n%s", err, doc)
+			fatalf(t, "manifest: %v\n%s", err, doc)
 		}
 		if len(m) == 0 {
 			continue
@@ -165,7 +165,7 @@ func (k *kube) resource(u *unstructured.Unstructured) dynamic.ResourceInterface 
 	gvk := u.GroupVersionKind()
 	m, err := k.rm.RESTMapping(gvk.GroupKind(), gvk.Version)
 	if err != nil {
-		k.t.Fatalf("%s: %v", gvk, err)
+		fatalf(k.t, "%s: %v", gvk, err)
 	}
 	if m.Scope.Name() == meta.RESTScopeNameNamespace {
 		return k.dyn.Resource(m.Resource).Namespace(u.GetNamespace())
@@ -181,7 +181,7 @@ func (k *kube) strictApply(objs []*unstructured.Unstructured) {
 	for _, u := range objs {
 		data, err := u.MarshalJSON()
 		if err != nil {
-			k.t.Fatal(err)
+			fatal(k.t, err)
 		}
 		force := true
 		_, err = k.resource(u).Patch(k.t.Context(), u.GetName(), types.ApplyPatchType, data, metav1.PatchOptions{
@@ -191,7 +191,7 @@ func (k *kube) strictApply(objs []*unstructured.Unstructured) {
 			FieldValidation: metav1.FieldValidationStrict,
 		})
 		if err != nil {
-			k.t.Errorf("server-side validation of %s %s: %v", u.GetKind(), u.GetName(), err)
+			errorf(k.t, "server-side validation of %s %s: %v", u.GetKind(), u.GetName(), err)
 		}
 	}
 }
@@ -201,7 +201,7 @@ func (k *kube) exists(u *unstructured.Unstructured) bool {
 	k.t.Helper()
 	_, err := k.resource(u).Get(k.t.Context(), u.GetName(), metav1.GetOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
-		k.t.Fatalf("%s %s: %v", u.GetKind(), u.GetName(), err)
+		fatalf(k.t, "%s %s: %v", u.GetKind(), u.GetName(), err)
 	}
 	return err == nil
 }
@@ -241,7 +241,7 @@ func commonFreePort(t testing.TB, ips ...string) int {
 			return p
 		}
 	}
-	t.Fatalf("no port free on all of %v", ips)
+	fatalf(t, "no port free on all of %v", ips)
 	return 0
 }
 
@@ -250,7 +250,7 @@ func startTargetAt(t testing.TB, addr string) *target {
 	t.Helper()
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	tg := &target{addr: addr}
 	srv := &http.Server{Handler: tg, ReadHeaderTimeout: 5 * time.Second}
@@ -266,7 +266,7 @@ func (k *kube) createPod(pod *corev1.Pod, ip string) *corev1.Pod {
 	ctx := k.t.Context()
 	created, err := k.cp.Client.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{})
 	if err != nil {
-		k.t.Fatalf("creating pod %s/%s: %v", pod.Namespace, pod.Name, err)
+		fatalf(k.t, "creating pod %s/%s: %v", pod.Namespace, pod.Name, err)
 	}
 	if ip == "" {
 		return created
@@ -296,7 +296,7 @@ func (k *kube) setRunning(pod *corev1.Pod, ip string) *corev1.Pod {
 	}
 	updated, err := k.cp.Client.CoreV1().Pods(pod.Namespace).UpdateStatus(k.t.Context(), pod, metav1.UpdateOptions{})
 	if err != nil {
-		k.t.Fatalf("pod %s/%s status: %v", pod.Namespace, pod.Name, err)
+		fatalf(k.t, "pod %s/%s status: %v", pod.Namespace, pod.Name, err)
 	}
 	return updated
 }
@@ -304,7 +304,7 @@ func (k *kube) setRunning(pod *corev1.Pod, ip string) *corev1.Pod {
 func (k *kube) deletePod(namespace, name string) {
 	k.t.Helper()
 	if err := k.cp.Client.CoreV1().Pods(namespace).Delete(k.t.Context(), name, metav1.DeleteOptions{}); err != nil {
-		k.t.Fatalf("deleting pod %s/%s: %v", namespace, name, err)
+		fatalf(k.t, "deleting pod %s/%s: %v", namespace, name, err)
 	}
 }
 
@@ -338,16 +338,16 @@ func (k *kube) workload(namespace, fullname string) shoalWorkload {
 	if sts, err := k.cp.Client.AppsV1().StatefulSets(namespace).Get(ctx, fullname, metav1.GetOptions{}); err == nil {
 		return shoalWorkload{namespace: namespace, template: sts.Spec.Template, statefulSet: true, fullname: fullname}
 	} else if !apierrors.IsNotFound(err) {
-		k.t.Fatal(err)
+		fatal(k.t, err)
 	}
 	if ds, err := k.cp.Client.AppsV1().DaemonSets(namespace).Get(ctx, fullname, metav1.GetOptions{}); err == nil {
 		return shoalWorkload{namespace: namespace, template: ds.Spec.Template, fullname: fullname}
 	} else if !apierrors.IsNotFound(err) {
-		k.t.Fatal(err)
+		fatal(k.t, err)
 	}
 	dep, err := k.cp.Client.AppsV1().Deployments(namespace).Get(ctx, fullname, metav1.GetOptions{})
 	if err != nil {
-		k.t.Fatalf("the chart's workload %s/%s: %v", namespace, fullname, err)
+		fatalf(k.t, "the chart's workload %s/%s: %v", namespace, fullname, err)
 	}
 	return shoalWorkload{namespace: namespace, template: dep.Spec.Template, fullname: fullname}
 }
@@ -359,7 +359,7 @@ func (w shoalWorkload) container(t testing.TB) corev1.Container {
 			return c
 		}
 	}
-	t.Fatal("no container named shoal in the chart's pod template")
+	fatal(t, "no container named shoal in the chart's pod template")
 	return corev1.Container{}
 }
 
@@ -401,7 +401,7 @@ func containerPort(t testing.TB, c corev1.Container, name string) int {
 			return int(p.ContainerPort)
 		}
 	}
-	t.Fatalf("container %s has no port named %s", c.Name, name)
+	fatalf(t, "container %s has no port named %s", c.Name, name)
 	return 0
 }
 
@@ -423,7 +423,7 @@ func (k *kube) podFiles(w shoalWorkload, dir, kubeconfig string) map[string]stri
 		v, ok := vols[m.Name]
 		local := filepath.Join(dir, m.Name)
 		if err := os.MkdirAll(local, 0o700); err != nil {
-			k.t.Fatal(err)
+			fatal(k.t, err)
 		}
 		mounts[m.MountPath] = local
 		switch {
@@ -432,7 +432,7 @@ func (k *kube) podFiles(w shoalWorkload, dir, kubeconfig string) map[string]stri
 		case v.ConfigMap != nil:
 			cm, err := k.cp.Client.CoreV1().ConfigMaps(w.namespace).Get(ctx, v.ConfigMap.Name, metav1.GetOptions{})
 			if err != nil {
-				k.t.Fatal(err)
+				fatal(k.t, err)
 			}
 			for key, data := range cm.Data {
 				if key == "shoal.yml" {
@@ -443,7 +443,7 @@ func (k *kube) podFiles(w shoalWorkload, dir, kubeconfig string) map[string]stri
 		case v.Secret != nil:
 			sec, err := k.cp.Client.CoreV1().Secrets(w.namespace).Get(ctx, v.Secret.SecretName, metav1.GetOptions{})
 			if err != nil {
-				k.t.Fatal(err)
+				fatal(k.t, err)
 			}
 			for _, it := range v.Secret.Items {
 				writeFile(k.t, filepath.Join(local, it.Path), string(sec.Data[it.Key]))
@@ -459,7 +459,7 @@ func withKubeconfig(t testing.TB, cfg, kubeconfig string) string {
 	t.Helper()
 	var m map[string]any
 	if err := yaml.Unmarshal([]byte(cfg), &m); err != nil {
-		t.Fatalf("the chart's shoal.yml: %v", err)
+		fatalf(t, "the chart's shoal.yml: %v", err)
 	}
 	scs, _ := m["scrape_configs"].([]any)
 	for _, sc := range scs {
@@ -469,7 +469,7 @@ func withKubeconfig(t testing.TB, cfg, kubeconfig string) string {
 	}
 	out, err := yaml.Marshal(m)
 	if err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	return string(out)
 }
@@ -497,12 +497,12 @@ func (k *kube) startShoalPod(w shoalWorkload, name, ip, storageDir string) *shoa
 	pod := k.createPod(w.pod(name), "")
 	token, err := k.cp.Token(ctx, w.namespace, pod.Spec.ServiceAccountName, time.Hour)
 	if err != nil {
-		k.t.Fatal(err)
+		fatal(k.t, err)
 	}
 	dir := k.t.TempDir()
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	if err := k.cp.WriteKubeconfig(kubeconfig, token, w.namespace); err != nil {
-		k.t.Fatal(err)
+		fatal(k.t, err)
 	}
 	mounts := k.podFiles(w, dir, kubeconfig)
 	env := map[string]string{"POD_NAME": name, "POD_IP": ip}
@@ -531,7 +531,7 @@ func (k *kube) startShoalPod(w shoalWorkload, name, ip, storageDir string) *shoa
 			continue
 		case "--cluster.node-name":
 			if val != name {
-				k.t.Fatalf("--cluster.node-name=%s, want the pod name %s", val, name)
+				fatalf(k.t, "--cluster.node-name=%s, want the pod name %s", val, name)
 			}
 			continue
 		case "--cluster.listen-address":
@@ -566,7 +566,7 @@ func (k *kube) startShoalPod(w shoalWorkload, name, ip, storageDir string) *shoa
 func probe(t testing.TB, p *corev1.Probe, c corev1.Container, ip string) (bool, string) {
 	t.Helper()
 	if p == nil || p.HTTPGet == nil {
-		t.Fatalf("container %s: no HTTP probe", c.Name)
+		fatalf(t, "container %s: no HTTP probe", c.Name)
 	}
 	port := p.HTTPGet.Port.IntValue()
 	if p.HTTPGet.Port.StrVal != "" {
@@ -581,7 +581,7 @@ func probe(t testing.TB, p *corev1.Probe, c corev1.Container, ip string) (bool, 
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s://%s%s", scheme, net.JoinHostPort(ip, strconv.Itoa(port)), p.HTTPGet.Path), nil)
 	if err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -54,7 +54,7 @@ func TestKubernetesChart(t *testing.T) {
 			for _, o := range objs {
 				kinds = append(kinds, o.GetKind())
 				if !k.exists(o) {
-					t.Errorf("%s %s not in the API server after install", o.GetKind(), o.GetName())
+					errorf(t, "%s %s not in the API server after install", o.GetKind(), o.GetName())
 				}
 			}
 			t.Logf("installed %d objects: %s", len(objs), strings.Join(kinds, ", "))
@@ -64,49 +64,49 @@ func TestKubernetesChart(t *testing.T) {
 			gossip := releaseName + "-shoal-gossip"
 			before, err := secrets.Get(t.Context(), gossip, metav1.GetOptions{})
 			if err != nil {
-				t.Fatalf("gossip key Secret: %v", err)
+				fatalf(t, "gossip key Secret: %v", err)
 			}
 			if n := len(before.Data["gossip-key"]); n != 16 && n != 24 && n != 32 {
-				t.Errorf("gossip key is %d bytes, want 16, 24 or 32", n)
+				errorf(t, "gossip key is %d bytes, want 16, 24 or 32", n)
 			}
 			up := values(t, append(slices.Clone(tc.sets), "logLevel=debug")...)
 			rel2 := k.upgrade(ns, releaseName, up)
 			if rel2.Version != 2 {
-				t.Errorf("release version %d after upgrade, want 2", rel2.Version)
+				errorf(t, "release version %d after upgrade, want 2", rel2.Version)
 			}
 			after, err := secrets.Get(t.Context(), gossip, metav1.GetOptions{})
 			if err != nil {
-				t.Fatalf("gossip key Secret after upgrade: %v", err)
+				fatalf(t, "gossip key Secret after upgrade: %v", err)
 			}
 			if string(after.Data["gossip-key"]) != string(before.Data["gossip-key"]) {
-				t.Error("upgrade replaced the gossip key; a rollout would split the cluster")
+				fail(t, "upgrade replaced the gossip key; a rollout would split the cluster")
 			}
 			w := k.workload(ns, releaseName+"-shoal")
 			if !slices.Contains(w.container(t).Args, "--log.level=debug") {
-				t.Errorf("upgrade did not reach the workload: args %v", w.container(t).Args)
+				errorf(t, "upgrade did not reach the workload: args %v", w.container(t).Args)
 			}
 
 			k.uninstall(ns, releaseName)
 			for _, o := range objects(t, rel2.Manifest) {
 				if k.exists(o) {
-					t.Errorf("%s %s still there after uninstall", o.GetKind(), o.GetName())
+					errorf(t, "%s %s still there after uninstall", o.GetKind(), o.GetName())
 				}
 			}
 			left, err := secrets.List(t.Context(), metav1.ListOptions{})
 			if err != nil {
-				t.Fatal(err)
+				fatal(t, err)
 			}
 			for _, s := range left.Items {
-				t.Errorf("Secret %s left after uninstall (labels %v)", s.Name, s.Labels)
+				errorf(t, "Secret %s left after uninstall (labels %v)", s.Name, s.Labels)
 			}
 			// What the chart's docs say stays: the WAL claims of a StatefulSet,
 			// which its controller creates (none here: no controller runs).
 			pvcs, err := k.cp.Client.CoreV1().PersistentVolumeClaims(ns).List(t.Context(), metav1.ListOptions{})
 			if err != nil {
-				t.Fatal(err)
+				fatal(t, err)
 			}
 			if len(pvcs.Items) != 0 {
-				t.Errorf("%d PersistentVolumeClaims, want none without a StatefulSet controller", len(pvcs.Items))
+				errorf(t, "%d PersistentVolumeClaims, want none without a StatefulSet controller", len(pvcs.Items))
 			}
 		})
 	}
@@ -165,7 +165,7 @@ func (kt *kubeTargets) addServices(n int) {
 			Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: portName, Port: 80}}},
 		}
 		if _, err := kt.k.cp.Client.CoreV1().Services(kt.ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
-			t.Fatalf("creating Service: %v", err)
+			fatalf(t, "creating Service: %v", err)
 		}
 		pod := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: name + "-pod", Namespace: kt.ns, Labels: map[string]string{"app": name}},
@@ -185,7 +185,7 @@ func (kt *kubeTargets) addServices(n int) {
 			}},
 		}
 		if _, err := kt.k.cp.Client.DiscoveryV1().EndpointSlices(kt.ns).Create(ctx, slice, metav1.CreateOptions{}); err != nil {
-			t.Fatalf("creating EndpointSlice: %v", err)
+			fatalf(t, "creating EndpointSlice: %v", err)
 		}
 	}
 }
@@ -252,7 +252,7 @@ func TestKubernetesCluster(t *testing.T) {
 	w := k.workload(ns, releaseName+"-shoal")
 	c := w.container(t)
 	if c.ReadinessProbe == nil || c.LivenessProbe == nil {
-		t.Fatal("the chart's container has no readiness or liveness probe")
+		fatal(t, "the chart's container has no readiness or liveness probe")
 	}
 	ready := func(r *shoalPod) (bool, string) { return probe(t, c.ReadinessProbe, c, r.ip) }
 	live := func(r *shoalPod) (bool, string) { return probe(t, c.LivenessProbe, c, r.ip) }
@@ -283,7 +283,7 @@ func TestKubernetesCluster(t *testing.T) {
 	for _, r := range replicas {
 		testutil.Eventually(t, convergeTimeout, r.name+" ready by the chart's readiness probe", func() error {
 			if err := r.exitedEarly(); err != nil {
-				t.Fatal(err)
+				fatal(t, err)
 			}
 			if ok, why := ready(r); !ok {
 				return fmt.Errorf("%s", why)
@@ -306,7 +306,7 @@ func TestKubernetesCluster(t *testing.T) {
 	stopped := gone.count()
 	waitServed(t, kt.served(), time.Now(), 3, convergeTimeout)
 	if n := gone.count(); n != stopped {
-		t.Errorf("deleted pod's target scraped %d more times after every replica dropped it", n-stopped)
+		errorf(t, "deleted pod's target scraped %d more times after every replica dropped it", n-stopped)
 	}
 
 	// A replica's pod deleted: the kubelet sends SIGTERM. From the moment it
@@ -329,14 +329,14 @@ func TestKubernetesCluster(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	if err := leaving.waitExit(stopTimeout); err != nil {
-		t.Errorf("%s: SIGTERM: exit %v, want status 0", leaving.name, err)
+		errorf(t, "%s: SIGTERM: exit %v, want status 0", leaving.name, err)
 	}
 	if notReadyAt < 0 {
-		t.Errorf("readiness probe never said shutting down between SIGTERM and exit: %v", answers)
+		errorf(t, "readiness probe never said shutting down between SIGTERM and exit: %v", answers)
 	} else {
 		for _, a := range answers[notReadyAt:] {
 			if strings.HasPrefix(a, "ready=true") {
-				t.Errorf("ready again while terminating: %v", answers)
+				errorf(t, "ready again while terminating: %v", answers)
 				break
 			}
 		}
@@ -353,7 +353,7 @@ func TestKubernetesCluster(t *testing.T) {
 	var firstReady string
 	testutil.Eventually(t, convergeTimeout, back.name+" ready again", func() error {
 		if err := back.exitedEarly(); err != nil {
-			t.Fatal(err)
+			fatal(t, err)
 		}
 		ok, why := ready(back)
 		if !ok {
@@ -367,7 +367,7 @@ func TestKubernetesCluster(t *testing.T) {
 		return nil
 	})
 	if !strings.Contains(firstReady, "WAL replay completed") {
-		t.Errorf("%s ready before its log says the WAL replay completed", back.name)
+		errorf(t, "%s ready before its log says the WAL replay completed", back.name)
 	}
 	replicas = append(replicas, back)
 	waitConverged(t, agentsOf(replicas), kt.all(replicas))
@@ -379,7 +379,7 @@ func TestKubernetesCluster(t *testing.T) {
 	recv.checkNoRejections(t)
 	ss, err := recv.seriesOf(counterMetric)
 	if err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	// A moved target gets no staleness marker (its new owner continues the
 	// series); a target whose pod is gone does, as in Prometheus.
@@ -388,14 +388,14 @@ func TestKubernetesCluster(t *testing.T) {
 		if x.labels.Get("instance") != gone.addr {
 			kept = append(kept, x)
 		} else if n := len(x.samples); n == 0 || !x.samples[n-1].IsStale() {
-			t.Errorf("series of the deleted pod's target does not end with a staleness marker: %s", x.labels)
+			errorf(t, "series of the deleted pod's target does not end with a staleness marker: %s", x.labels)
 		}
 	}
 	if err := checkSeriesClean(kept); err != nil {
-		t.Error(err)
+		fail(t, err)
 	}
 	if _, err := recv.counterValues(); err != nil {
-		t.Error(err)
+		fail(t, err)
 	}
 }
 
@@ -406,15 +406,15 @@ func checkNoHoles(t *testing.T, recv *testReceiver, targets []*target) {
 	t.Helper()
 	vals, err := recv.counterValues()
 	if err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	for _, tg := range targets {
 		ss := vals[tg.addr]
 		missing, err := missingValues(ss, maxValue(ss))
 		if err != nil {
-			t.Errorf("%s: %v", tg.addr, err)
+			errorf(t, "%s: %v", tg.addr, err)
 		} else if len(missing) > 0 || len(ss) == 0 {
-			t.Errorf("%s: %d samples, values missing %v", tg.addr, len(ss), missing)
+			errorf(t, "%s: %d samples, values missing %v", tg.addr, len(ss), missing)
 		}
 	}
 	recv.checkNoRejections(t)
@@ -440,7 +440,7 @@ func TestKubernetesRBACMissingVerb(t *testing.T) {
 	roles := k.cp.Client.RbacV1().Roles(ns)
 	role, err := roles.Get(t.Context(), releaseName+"-shoal", metav1.GetOptions{})
 	if err != nil {
-		t.Fatalf("the chart's Role: %v", err)
+		fatalf(t, "the chart's Role: %v", err)
 	}
 	whole := role.DeepCopy()
 	for i, r := range role.Rules {
@@ -449,7 +449,7 @@ func TestKubernetesRBACMissingVerb(t *testing.T) {
 		}
 	}
 	if role, err = roles.Update(t.Context(), role, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 
 	w := k.workload(ns, releaseName+"-shoal")
@@ -460,7 +460,7 @@ func TestKubernetesRBACMissingVerb(t *testing.T) {
 	const forbidden = `pods is forbidden: User \"system:serviceaccount:rbac:obs-shoal\" cannot list resource \"pods\"`
 	testutil.Eventually(t, convergeTimeout, "the RBAC error in the log and the discovery error metric", func() error {
 		if err := r.exitedEarly(); err != nil {
-			t.Fatal(err)
+			fatal(t, err)
 		}
 		data, err := os.ReadFile(r.logPath)
 		if err != nil {
@@ -497,16 +497,16 @@ func TestKubernetesRBACMissingVerb(t *testing.T) {
 	})
 	active, err := r.activeTargets()
 	if err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	if len(active) != 0 {
-		t.Errorf("targets found without the list verb: %v", sortedKeys(active))
+		errorf(t, "targets found without the list verb: %v", sortedKeys(active))
 	}
 
 	// The Role made whole again: discovery works without a restart.
 	whole.ResourceVersion = role.ResourceVersion
 	if _, err := roles.Update(t.Context(), whole, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	testutil.Eventually(t, convergeTimeout, "its own pod discovered and scraped once the Role is whole", func() error {
 		active, err := r.activeTargets()

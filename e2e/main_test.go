@@ -28,11 +28,11 @@ const binEnv = "SHOAL_E2E_BIN"
 func TestMain(m *testing.M) {
 	flag.Parse()
 	if testing.Short() {
-		os.Exit(m.Run())
+		os.Exit(run(m))
 	}
 	if bin := os.Getenv(binEnv); bin != "" {
 		shoalBin = bin
-		os.Exit(m.Run())
+		os.Exit(run(m))
 	}
 	dir, err := os.MkdirTemp("", "shoal-e2e-bin-")
 	if err != nil {
@@ -47,7 +47,7 @@ func TestMain(m *testing.M) {
 	}
 	shoalBin = bin
 	os.Setenv(binEnv, bin)
-	code := m.Run()
+	code := run(m)
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

@@ -57,22 +57,22 @@ func (k *kube) applyMonitor(gvr schema.GroupVersionResource, doc string, update 
 	k.t.Helper()
 	u := &unstructured.Unstructured{}
 	if err := sigsyaml.Unmarshal([]byte(doc), &u.Object); err != nil {
-		k.t.Fatal(err)
+		fatal(k.t, err)
 	}
 	r := k.dyn.Resource(gvr).Namespace(u.GetNamespace())
 	if update {
 		cur, err := r.Get(k.t.Context(), u.GetName(), metav1.GetOptions{})
 		if err != nil {
-			k.t.Fatal(err)
+			fatal(k.t, err)
 		}
 		u.SetResourceVersion(cur.GetResourceVersion())
 		if _, err := r.Update(k.t.Context(), u, metav1.UpdateOptions{}); err != nil {
-			k.t.Fatal(err)
+			fatal(k.t, err)
 		}
 		return
 	}
 	if _, err := r.Create(k.t.Context(), u, metav1.CreateOptions{}); err != nil {
-		k.t.Fatal(err)
+		fatal(k.t, err)
 	}
 }
 
@@ -85,10 +85,10 @@ func TestKubernetesMonitors(t *testing.T) {
 	k := startKube(t)
 	files, err := k8stest.OperatorCRDFiles()
 	if err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	if err := k.cp.InstallCRDs(t.Context(), files...); err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	k.namespace("apps")
 	recv := startReceiver(t)
@@ -118,11 +118,11 @@ func TestKubernetesMonitors(t *testing.T) {
 	for _, a := range nodes {
 		active, err := a.activeTargets()
 		if err != nil {
-			t.Fatal(err)
+			fatal(t, err)
 		}
 		for inst, at := range active {
 			if inst != static[0].addr && at.ScrapePool != "podMonitor/apps/demo/0" {
-				t.Errorf("%s: target %s in pool %q, want podMonitor/apps/demo/0", a.spec.name, inst, at.ScrapePool)
+				errorf(t, "%s: target %s in pool %q, want podMonitor/apps/demo/0", a.spec.name, inst, at.ScrapePool)
 			}
 		}
 	}
@@ -191,7 +191,7 @@ spec:
 
 	// Deleted: its targets stop everywhere; the file's job goes on.
 	if err := k.dyn.Resource(podMonitorGVR).Namespace("apps").Delete(t.Context(), "demo", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	waitConverged(t, nodes, static)
 	before := make([]int, len(pods))
@@ -201,20 +201,20 @@ spec:
 	waitServed(t, static, time.Now(), 3, convergeTimeout)
 	for i, p := range pods {
 		if n := p.count(); n != before[i] {
-			t.Errorf("%s scraped %d more times after every replica dropped the deleted monitor's job", p.addr, n-before[i])
+			errorf(t, "%s scraped %d more times after every replica dropped the deleted monitor's job", p.addr, n-before[i])
 		}
 	}
 	recv.checkNoRejections(t)
 	for _, a := range nodes {
 		if v, err := a.metricValue("shoal_monitors_objects", map[string]string{"kind": "PodMonitor", "result": "converted"}); err != nil || v != 0 {
-			t.Errorf("%s: shoal_monitors_objects{kind=PodMonitor,result=converted} = %v, %v after the deletion; want 0", a.spec.name, v, err)
+			errorf(t, "%s: shoal_monitors_objects{kind=PodMonitor,result=converted} = %v, %v after the deletion; want 0", a.spec.name, v, err)
 		}
 		logData, err := os.ReadFile(a.logPath)
 		if err != nil {
-			t.Fatal(err)
+			fatal(t, err)
 		}
 		if strings.Contains(string(logData), "Configuration reload failed") {
-			t.Errorf("%s: a reload failed", a.spec.name)
+			errorf(t, "%s: a reload failed", a.spec.name)
 		}
 	}
 }
@@ -231,10 +231,10 @@ func TestKubernetesMonitorsChart(t *testing.T) {
 	k := startKube(t)
 	files, err := k8stest.OperatorCRDFiles()
 	if err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	if err := k.cp.InstallCRDs(t.Context(), files...); err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	const ns, apps = "monitoring", "apps"
 	k.namespace(ns)
@@ -280,7 +280,7 @@ spec:
 			}},
 		}
 		if _, err := k.cp.Client.CoreV1().Endpoints(apps).Create(t.Context(), ep, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
+			fatal(t, err)
 		}
 	}
 
@@ -294,7 +294,7 @@ spec:
 	waitServed(t, kt.web, t0, 3, convergeTimeout)
 	for _, r := range replicas {
 		if v, err := r.metricValue("shoal_monitors_watch_errors_total", map[string]string{"kind": "ServiceMonitor"}); err != nil || v != 0 {
-			t.Errorf("%s: shoal_monitors_watch_errors_total{kind=ServiceMonitor} = %v, %v; want 0 with the chart's RBAC", r.name, v, err)
+			errorf(t, "%s: shoal_monitors_watch_errors_total{kind=ServiceMonitor} = %v, %v; want 0 with the chart's RBAC", r.name, v, err)
 		}
 	}
 	// Every replica writes its own kubeconfig path into the generated

@@ -195,7 +195,7 @@ func startBounded(t *testing.T) (*handoffRun, []*target, map[string]int) {
 	for _, a := range nodes {
 		v, err := a.metricValue("shoal_targets_moved_total", map[string]string{"direction": "in"})
 		if err != nil {
-			t.Fatal(err)
+			fatal(t, err)
 		}
 		moved += v
 	}
@@ -236,7 +236,7 @@ func TestPlacementBoundedRollingRestart(t *testing.T) {
 		for _, m := range []string{"shoal_handoff_contested_total", "shoal_handoff_contest_timeouts_total", "shoal_handoff_hold_timeouts_total"} {
 			v, err := a.metricValue(m, nil)
 			if err != nil {
-				t.Fatal(err)
+				fatal(t, err)
 			}
 			vs = append(vs, fmt.Sprintf("%s=%v", strings.TrimPrefix(m, "shoal_handoff_"), v))
 		}

@@ -81,12 +81,12 @@ func TestClusterTargetsView(t *testing.T) {
 	// The view's owners are the nodes really scraping each target.
 	var r clusterTargetsResponse
 	if err := nodes[0].getJSON("/api/v1/cluster/targets", &r); err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	for _, ct := range r.Data.Targets {
 		inst := strings.TrimSuffix(strings.TrimPrefix(ct.ScrapeURL, "http://"), "/metrics")
 		if len(ct.ScrapedBy) != 1 || ct.ScrapedBy[0] != owners[inst] {
-			t.Errorf("%s: view says scraped by %v, the targets APIs say %s", inst, ct.ScrapedBy, owners[inst])
+			errorf(t, "%s: view says scraped by %v, the targets APIs say %s", inst, ct.ScrapedBy, owners[inst])
 		}
 	}
 }
@@ -160,7 +160,7 @@ func TestReplicationFactorTwo(t *testing.T) {
 	waitReceiverCaughtUp(t, recv, targets, w0)
 	ups, err := recv.seriesOf("up")
 	if err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	for inst, g := range byInstance(ups) {
 		replicas := map[string]bool{}
@@ -168,15 +168,15 @@ func TestReplicationFactorTwo(t *testing.T) {
 			replicas[s.labels.Get("replica")] = true
 		}
 		if len(g) != rf || !replicas["0"] || !replicas["1"] {
-			t.Errorf("%s: %d up series with replica labels %v, want one for each of the ranks 0 and 1", inst, len(g), replicas)
+			errorf(t, "%s: %d up series with replica labels %v, want one for each of the ranks 0 and 1", inst, len(g), replicas)
 		}
 	}
 	if err := checkSeriesClean(ups); err != nil {
-		t.Error(err)
+		fail(t, err)
 	}
 	recv.checkNoRejections(t)
 	if st := recv.Stats(); st.Dropped != 0 {
-		t.Errorf("receiver dropped %d exact duplicates: two nodes wrote the same series", st.Dropped)
+		errorf(t, "receiver dropped %d exact duplicates: two nodes wrote the same series", st.Dropped)
 	}
 	checkNoFailedSamples(t, nodes)
 }
@@ -213,18 +213,18 @@ func TestWaitForSizeLeavesNoOrphans(t *testing.T) {
 	w0 := time.Now()
 	waitServed(t, targets, w0, 3, convergeTimeout)
 	if err := checkPlacement(nodes[0], targets, 1); err != nil {
-		t.Fatalf("while node-2 waits for the cluster size: %v", err)
+		fatalf(t, "while node-2 waits for the cluster size: %v", err)
 	}
 	if active, err := nodes[1].activeTargets(); err != nil || len(active) != 0 {
-		t.Fatalf("node-2 scrapes %d targets while waiting (err %v)", len(active), err)
+		fatalf(t, "node-2 scrapes %d targets while waiting (err %v)", len(active), err)
 	}
 	resp, err := httpClient.Get(nodes[1].url("/-/ready"))
 	if err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	resp.Body.Close()
 	if resp.StatusCode != 503 {
-		t.Errorf("node-2 /-/ready = %d while waiting, want 503", resp.StatusCode)
+		errorf(t, "node-2 /-/ready = %d while waiting, want 503", resp.StatusCode)
 	}
 
 	nodes[2].start()
@@ -233,6 +233,6 @@ func TestWaitForSizeLeavesNoOrphans(t *testing.T) {
 	}
 	waitConverged(t, nodes, targets)
 	if err := checkPlacement(nodes[0], targets, 1); err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 }

@@ -41,7 +41,7 @@ func startReceiverTLS(t testing.TB, tlsConfig *tls.Config) *testReceiver {
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	r, err := receiver.New(t.TempDir(), logger)
 	if err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	tr := &testReceiver{Receiver: r}
 	h := r.Handler()
@@ -62,7 +62,7 @@ func startReceiverTLS(t testing.TB, tlsConfig *tls.Config) *testReceiver {
 	t.Cleanup(func() {
 		tr.srv.Close()
 		if err := r.Close(); err != nil {
-			t.Errorf("closing receiver: %v", err)
+			errorf(t, "closing receiver: %v", err)
 		}
 	})
 	return tr
@@ -196,7 +196,7 @@ func (tr *testReceiver) checkNoRejections(t testing.TB) {
 	t.Logf("receiver: series=%d accepted=%d stored=%d dropped(exact duplicates)=%d out_of_order=%d too_old=%d duplicate=%d invalid=%d rolled_back=%d",
 		st.Series, st.Accepted, st.Stored, st.Dropped, st.OutOfOrder, st.TooOld, st.Duplicate, st.Invalid, st.RolledBack)
 	if st.Rejected() != 0 || st.RolledBack != 0 {
-		t.Errorf("receiver rejected samples: out_of_order=%d too_old=%d duplicate=%d invalid=%d rolled_back=%d; want all 0",
+		errorf(t, "receiver rejected samples: out_of_order=%d too_old=%d duplicate=%d invalid=%d rolled_back=%d; want all 0",
 			st.OutOfOrder, st.TooOld, st.Duplicate, st.Invalid, st.RolledBack)
 	}
 }

@@ -21,20 +21,20 @@ func TestHandoffReloadMovesKeys(t *testing.T) {
 	h := newHandoffRun(t, 3)
 	before, err := snapshotOwnership(h.nodes, h.targets)
 	if err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	path := h.nodes[0].spec.config
 	cfg, err := os.ReadFile(path)
 	if err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	job := "  - job_name: \"e2e\"\n"
 	if !strings.Contains(string(cfg), job) {
-		t.Fatalf("configuration has no %q:\n%s", job, cfg)
+		fatalf(t, "configuration has no %q:\n%s", job, cfg)
 	}
 	changed := strings.Replace(string(cfg), job, job+"    params:\n      v: [\"2\"]\n", 1)
 	if err := os.WriteFile(path, []byte(changed), 0o644); err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	h.phaseShiftFrom = time.Now()
 	h.phaseShiftTo = h.phaseShiftFrom.Add(handoffDelay + 2*scrapeInterval)
@@ -42,11 +42,11 @@ func TestHandoffReloadMovesKeys(t *testing.T) {
 	for _, a := range h.nodes {
 		resp, err := httpClient.Post(a.url("/-/reload"), "", nil)
 		if err != nil {
-			t.Fatal(err)
+			fatal(t, err)
 		}
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
-			t.Fatalf("%s: reload: %s", a.spec.name, resp.Status)
+			fatalf(t, "%s: reload: %s", a.spec.name, resp.Status)
 		}
 	}
 	after := waitConverged(t, h.nodes, h.targets)
@@ -58,7 +58,7 @@ func TestHandoffReloadMovesKeys(t *testing.T) {
 	}
 	t.Logf("the reload moved %d of %d targets to another node", moved, len(h.targets))
 	if moved == 0 {
-		t.Fatal("no target changed node: the test proves nothing")
+		fatal(t, "no target changed node: the test proves nothing")
 	}
 	waitServed(t, h.targets, time.Now(), 3, convergeTimeout)
 	h.finish(true)

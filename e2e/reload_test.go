@@ -59,7 +59,7 @@ func TestSIGHUPReload(t *testing.T) {
 
 	// A broken file is refused; the running targets stay and the agent lives.
 	if err := os.WriteFile(cfg, []byte("scrape_configs:\n  - job_name: e2e\n    static_configz: []\n"), 0o644); err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	a.signal(syscall.SIGHUP)
 	eventually(t, startTimeout, "reload failure reported", func() error {
@@ -73,10 +73,10 @@ func TestSIGHUPReload(t *testing.T) {
 		return nil
 	})
 	if err := a.exitedEarly(); err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	if err := want(targets[2:])(); err != nil {
-		t.Fatalf("after a refused reload: %v", err)
+		fatalf(t, "after a refused reload: %v", err)
 	}
 
 	// A good file again: all four.
@@ -84,7 +84,7 @@ func TestSIGHUPReload(t *testing.T) {
 	a.signal(syscall.SIGHUP)
 	eventually(t, startTimeout, "all four targets after a good reload", want(targets))
 	if v, err := a.metricValue("shoal_config_last_reload_successful", nil); err != nil || v != 1 {
-		t.Errorf("shoal_config_last_reload_successful = %v (%v), want 1", v, err)
+		errorf(t, "shoal_config_last_reload_successful = %v (%v), want 1", v, err)
 	}
 	a.stop()
 }

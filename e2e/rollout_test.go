@@ -33,13 +33,13 @@ func newRolloutRun(t *testing.T, extraArgs ...string) *handoffRun {
 	h, shared := newHandoffFixture(t)
 	body, err := os.ReadFile(shared)
 	if err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	h.nodes = newClusterAgents(t, rolloutReplicas, shared, rolloutReplicas)
 	for _, a := range h.nodes {
 		own := filepath.Join(t.TempDir(), "shoal.yml")
 		if err := os.WriteFile(own, body, 0o644); err != nil {
-			t.Fatal(err)
+			fatal(t, err)
 		}
 		a.spec.config = own
 		a.spec.extraArgs = append(a.spec.extraArgs, extraArgs...)
@@ -64,17 +64,17 @@ func editConfig(t *testing.T, a *agent, edit func(string) string) {
 	t.Helper()
 	cfg, err := os.ReadFile(a.spec.config)
 	if err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	if !strings.Contains(string(cfg), rolloutJob) {
-		t.Fatalf("configuration has no %q:\n%s", rolloutJob, cfg)
+		fatalf(t, "configuration has no %q:\n%s", rolloutJob, cfg)
 	}
 	changed := edit(string(cfg))
 	if changed == string(cfg) {
-		t.Fatal("the edit changed nothing")
+		fatal(t, "the edit changed nothing")
 	}
 	if err := os.WriteFile(a.spec.config, []byte(changed), 0o644); err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 }
 
@@ -83,7 +83,7 @@ func reloadNode(t *testing.T, a *agent) int {
 	t.Helper()
 	resp, err := httpClient.Post(a.url("/-/reload"), "", nil)
 	if err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	resp.Body.Close()
 	return resp.StatusCode
@@ -198,7 +198,7 @@ func checkOneScraperAtATime(t *testing.T, targets []*target, from time.Time) {
 			_, other := tg.scrapeBy(i - 1)
 			_, again := tg.scrapeBy(i)
 			if first != "" && other != "" && first != other && again == first {
-				t.Errorf("%s scraped by %s, %s and %s again within %v at %s: two owners at once", tg.addr, first, other, first,
+				errorf(t, "%s scraped by %s, %s and %s again within %v at %s: two owners at once", tg.addr, first, other, first,
 					served[i].Sub(served[i-2]).Round(time.Millisecond), served[i].Format("15:04:05.000"))
 				break
 			}
@@ -229,7 +229,7 @@ func TestRolloutReloadReachesReplicasApart(t *testing.T) {
 	h := newRolloutRun(t)
 	before, err := snapshotOwnership(h.nodes, h.targets)
 	if err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	first := time.Now()
 	// The old loop's last scrape and the new loop's first are close when
@@ -244,7 +244,7 @@ func TestRolloutReloadReachesReplicasApart(t *testing.T) {
 		addParams(t, a)
 		last = time.Now()
 		if code := reloadNode(t, a); code != http.StatusOK {
-			t.Fatalf("%s: reload: %d", a.spec.name, code)
+			fatalf(t, "%s: reload: %d", a.spec.name, code)
 		}
 		if i == len(h.nodes)-1 {
 			break
@@ -259,17 +259,17 @@ func TestRolloutReloadReachesReplicasApart(t *testing.T) {
 		// the owners stay.
 		mid := waitConverged(t, h.nodes, h.targets)
 		if moved := movedBetween(before, mid); moved != 0 {
-			t.Errorf("after %s's reload %d targets changed owner; the cluster still places by the old configuration", a.spec.name, moved)
+			errorf(t, "after %s's reload %d targets changed owner; the cluster still places by the old configuration", a.spec.name, moved)
 		}
 		if sc, err := a.scrapeConfig(); err != nil || sc.ScrapeConfig.PlacingBy == sc.ScrapeConfig.Current {
-			t.Errorf("%s after its reload: %+v (%v), want it placing by its previous configuration", a.spec.name, sc, err)
+			errorf(t, "%s after its reload: %+v (%v), want it placing by its previous configuration", a.spec.name, sc, err)
 		}
 	}
 	done := waitRolledOut(t, h.nodes, h.targets)
 	h.phaseShiftTo = done.Add(2 * scrapeInterval)
 	after, err := snapshotOwnership(h.nodes, h.targets)
 	if err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	t.Logf("figures: every replica scrapes and places under the new configuration %v after the last reload, %v after the first; the switch moved %d of %d targets",
 		done.Sub(last).Round(time.Millisecond), done.Sub(first).Round(time.Millisecond), movedBetween(before, after), len(h.targets))
@@ -356,7 +356,7 @@ func TestRolloutReplicaKeepsOldConfiguration(t *testing.T) {
 	for _, a := range h.nodes[:2] {
 		addParams(t, a)
 		if code := reloadNode(t, a); code != http.StatusOK {
-			t.Fatalf("%s: reload: %d", a.spec.name, code)
+			fatalf(t, "%s: reload: %d", a.spec.name, code)
 		}
 	}
 	split := time.Now()
@@ -364,7 +364,7 @@ func TestRolloutReplicaKeepsOldConfiguration(t *testing.T) {
 		return strings.Replace(cfg, rolloutJob, rolloutJob+"    params: [not, a, map]\n", 1)
 	})
 	if code := reloadNode(t, stuck); code == http.StatusOK {
-		t.Fatalf("%s accepted a broken configuration", stuck.spec.name)
+		fatalf(t, "%s accepted a broken configuration", stuck.spec.name)
 	}
 
 	wantDrift := map[string][]string{}
@@ -398,15 +398,15 @@ func TestRolloutReplicaKeepsOldConfiguration(t *testing.T) {
 		return err
 	})
 	if err != nil && time.Since(split) < timeout {
-		t.Errorf("during the drift: %v", err)
+		errorf(t, "during the drift: %v", err)
 	}
 	for _, a := range h.nodes {
 		ok, n, err := scrapesNewURL(a)
 		if err != nil {
-			t.Fatal(err)
+			fatal(t, err)
 		}
 		if n > 0 && ok == (a == stuck) && time.Since(split) < timeout {
-			t.Errorf("%s scrapes with the new URL: %v, want %v", a.spec.name, ok, a != stuck)
+			errorf(t, "%s scrapes with the new URL: %v, want %v", a.spec.name, ok, a != stuck)
 		}
 	}
 
@@ -435,7 +435,7 @@ func TestRolloutReplicaKeepsOldConfiguration(t *testing.T) {
 	t.Logf("figures: %s stepped aside %v after the split (--cluster.handoff-timeout=%v)", stuck.spec.name, stepped.Sub(split).Round(time.Millisecond), timeout)
 	time.Sleep(5 * time.Second) // the degraded state itself, not a synchronisation
 	if _, err := scrapedOnce(h.nodes, h.targets); err != nil {
-		t.Errorf("while %s steps aside: %v", stuck.spec.name, err)
+		errorf(t, "while %s steps aside: %v", stuck.spec.name, err)
 	}
 
 	// The file fixed: it takes its share again.
@@ -443,7 +443,7 @@ func TestRolloutReplicaKeepsOldConfiguration(t *testing.T) {
 		return strings.Replace(cfg, "    params: [not, a, map]\n", "    params:\n      v: [\"2\"]\n", 1)
 	})
 	if code := reloadNode(t, stuck); code != http.StatusOK {
-		t.Fatalf("%s: reload of the fixed file: %d", stuck.spec.name, code)
+		fatalf(t, "%s: reload of the fixed file: %d", stuck.spec.name, code)
 	}
 	done := waitRolledOut(t, h.nodes, h.targets)
 	h.phaseShiftTo = done.Add(2 * scrapeInterval)

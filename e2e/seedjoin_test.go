@@ -60,7 +60,7 @@ func TestSeedJoinRollingRestartAndScaleOut(t *testing.T) {
 		a.waitReady(startTimeout)
 		owners := waitConverged(t, h.nodes, h.targets)
 		if len(owners.targetsOf(a.spec.name)) == 0 {
-			t.Errorf("%s owns nothing after its restart: %s", a.spec.name, owners.summary())
+			errorf(t, "%s owns nothing after its restart: %s", a.spec.name, owners.summary())
 		}
 	}
 	fourth := h.addSeedNode(h.nodes[0].spec.config)
@@ -68,7 +68,7 @@ func TestSeedJoinRollingRestartAndScaleOut(t *testing.T) {
 	fourth.waitReady(startTimeout)
 	owners := waitConverged(t, h.nodes, h.targets)
 	if len(owners.targetsOf(fourth.spec.name)) == 0 {
-		t.Errorf("the fourth replica took no target: %s", owners.summary())
+		errorf(t, "the fourth replica took no target: %s", owners.summary())
 	}
 	h.finish(true)
 }

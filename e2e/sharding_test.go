@@ -54,7 +54,7 @@ func TestShardingModes(t *testing.T) {
 	fmt.Fprintf(&b, "remote_write:\n  - url: %q\n", recv.writeURL())
 	cfg := filepath.Join(t.TempDir(), "shoal.yml")
 	if err := os.WriteFile(cfg, []byte(b.String()), 0o644); err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	for _, a := range nodes {
 		a.spec.config = cfg
@@ -110,7 +110,7 @@ func TestShardingModes(t *testing.T) {
 		n := tg.servedBetween(t0, t1)
 		scrapers := len(got[tg.addr])
 		if limit := scrapers * (int(t1.Sub(t0)/scrapeInterval) + 1); n > limit {
-			t.Errorf("%s served %d scrapes in %v; %d scrapers allow %d", tg.addr, n, t1.Sub(t0).Round(time.Millisecond), scrapers, limit)
+			errorf(t, "%s served %d scrapes in %v; %d scrapers allow %d", tg.addr, n, t1.Sub(t0).Round(time.Millisecond), scrapers, limit)
 		}
 	}
 

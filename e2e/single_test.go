@@ -15,7 +15,7 @@ func loadSeries(t testing.TB) int {
 	if s := os.Getenv("SHOAL_E2E_LOAD_SERIES"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 0 {
-			t.Fatalf("SHOAL_E2E_LOAD_SERIES=%q: want a non-negative integer", s)
+			fatalf(t, "SHOAL_E2E_LOAD_SERIES=%q: want a non-negative integer", s)
 		}
 		return n
 	}
@@ -71,14 +71,14 @@ func TestSingleReplica(t *testing.T) {
 	t0 := time.Now()
 	sent0, err := a.metricValue("prometheus_remote_storage_samples_total", nil)
 	if err != nil {
-		t.Errorf("remote-write metric: %v", err)
+		errorf(t, "remote-write metric: %v", err)
 	}
 	acc0 := recv.Stats().Accepted
 	waitServed(t, targets, t0, 10, startTimeout)
 	t1 := time.Now()
 	sent1, err := a.metricValue("prometheus_remote_storage_samples_total", nil)
 	if err != nil {
-		t.Errorf("remote-write metric: %v", err)
+		errorf(t, "remote-write metric: %v", err)
 	}
 	acc1 := recv.Stats().Accepted
 	secs := t1.Sub(t0).Seconds()
@@ -94,21 +94,21 @@ func TestSingleReplica(t *testing.T) {
 	// up is 1 for every target, in every sample.
 	ups, err := recv.seriesOf("up")
 	if err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	if err := checkSeriesClean(ups); err != nil {
-		t.Error(err)
+		fail(t, err)
 	}
 	upBy := byInstance(ups)
 	for _, tg := range targets {
 		group := upBy[tg.addr]
 		if len(group) != 1 {
-			t.Errorf("%s: %d up series, want 1: %s", tg.addr, len(group), seriesLabels(group))
+			errorf(t, "%s: %d up series, want 1: %s", tg.addr, len(group), seriesLabels(group))
 			continue
 		}
 		for _, s := range group[0].samples {
 			if s.V != 1 {
-				t.Errorf("%s: up=%v at %s", tg.addr, s.V, msTime(s.T))
+				errorf(t, "%s: up=%v at %s", tg.addr, s.V, msTime(s.T))
 			}
 		}
 	}
@@ -116,30 +116,30 @@ func TestSingleReplica(t *testing.T) {
 	// The external labels are on every series.
 	all, err := recv.Series()
 	if err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	if len(all) < len(targets)*(load+1) {
-		t.Errorf("receiver holds %d series, want at least %d", len(all), len(targets)*(load+1))
+		errorf(t, "receiver holds %d series, want at least %d", len(all), len(targets)*(load+1))
 	}
 	bad := 0
 	for _, ls := range all {
 		for k, v := range extLabels {
 			if ls.Get(k) != v {
 				if bad < 5 {
-					t.Errorf("series %s lacks external label %s=%q", ls, k, v)
+					errorf(t, "series %s lacks external label %s=%q", ls, k, v)
 				}
 				bad++
 			}
 		}
 	}
 	if bad > 0 {
-		t.Errorf("%d series lack external labels", bad)
+		errorf(t, "%d series lack external labels", bad)
 	}
 	recv.checkNoRejections(t)
 
 	rss, err := peakRSS(a.pid())
 	if err != nil {
-		t.Errorf("peak RSS: %v", err)
+		errorf(t, "peak RSS: %v", err)
 	}
 	t.Logf("peak RSS (VmHWM) of the replica: %.1f MiB", float64(rss)/(1<<20))
 
@@ -152,15 +152,15 @@ func TestSingleReplica(t *testing.T) {
 	a.stop()
 	vals, err := recv.counterValues()
 	if err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	for _, tg := range targets {
 		if got := maxValue(vals[tg.addr]); got < before[tg.addr]-1 {
-			t.Errorf("%s: after SIGTERM the receiver has counter up to %d; %d were served before the signal", tg.addr, got, before[tg.addr])
+			errorf(t, "%s: after SIGTERM the receiver has counter up to %d; %d were served before the signal", tg.addr, got, before[tg.addr])
 		}
 		missing, err := missingValues(vals[tg.addr], maxValue(vals[tg.addr]))
 		if err != nil || len(missing) > 0 {
-			t.Errorf("%s: after SIGTERM: missing %v, %v", tg.addr, missing, err)
+			errorf(t, "%s: after SIGTERM: missing %v, %v", tg.addr, missing, err)
 		}
 	}
 	recv.checkNoRejections(t)
@@ -201,7 +201,7 @@ func TestRestartDurability(t *testing.T) {
 	}
 	t.Logf("SIGKILL after %v scrapes per target (receiver refused %d writes)", atKill, recv.refused.Load())
 	if got, err := recv.seriesOf(counterMetric); err != nil || len(got) != 0 {
-		t.Fatalf("receiver holds %d counter series while unavailable (err %v)", len(got), err)
+		fatalf(t, "receiver holds %d counter series while unavailable (err %v)", len(got), err)
 	}
 
 	// Restart on the same storage while the receiver is still down, scrape
@@ -235,16 +235,16 @@ func TestRestartDurability(t *testing.T) {
 	// (a scrape loop appends and commits before scraping again).
 	vals, err := recv.counterValues()
 	if err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	for _, tg := range targets {
 		missing, err := missingValues(vals[tg.addr], want[tg.addr])
 		if err != nil {
-			t.Errorf("%s: %v", tg.addr, err)
+			errorf(t, "%s: %v", tg.addr, err)
 		}
 		for _, m := range missing {
 			if m != atKill[tg.addr] {
-				t.Errorf("%s: counter value %d lost (served before the kill at %d, restart served up to %d); missing: %v",
+				errorf(t, "%s: counter value %d lost (served before the kill at %d, restart served up to %d); missing: %v",
 					tg.addr, m, atKill[tg.addr], want[tg.addr], missing)
 				break
 			}
@@ -253,10 +253,10 @@ func TestRestartDurability(t *testing.T) {
 	}
 	ups, err := recv.seriesOf("up")
 	if err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	if err := checkSeriesClean(ups); err != nil {
-		t.Error(err)
+		fail(t, err)
 	}
 	recv.checkNoRejections(t)
 }

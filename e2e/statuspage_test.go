@@ -148,7 +148,7 @@ func TestStatusPage(t *testing.T) {
 	n1 := "http://" + nodes[0].webAddr
 	dups := expectedDuplicates(targets, []string{"node-1", "node-2", "node-3"}, "node-3")
 	if len(dups) == 0 {
-		t.Fatal("the ring gives node-3 no second-owner target; change the target count")
+		fatal(t, "the ring gives node-3 no second-owner target; change the target count")
 	}
 	t.Logf("node-3 (replication factor 2) should duplicate %d of %d targets", len(dups), len(targets))
 
@@ -208,22 +208,22 @@ func TestStatusPage(t *testing.T) {
 		})
 		for i, ct := range all.Data.Targets {
 			if want := i < len(dups); (ct.Status == "duplicate") != want {
-				t.Fatalf("unfiltered: target %d is %s; the %d duplicates must come first", i, ct.Status, len(dups))
+				fatalf(t, "unfiltered: target %d is %s; the %d duplicates must come first", i, ct.Status, len(dups))
 			}
 		}
 		// The other filters.
 		var d spTargets
 		if err := apiGet(httpClient, n1, "/api/v1/cluster/targets?status=orphan", &d); err != nil || len(d.Data.Targets) != 0 || d.Data.Total != len(targets) {
-			t.Errorf("?status=orphan: %v, %d targets of %d", err, len(d.Data.Targets), d.Data.Total)
+			errorf(t, "?status=orphan: %v, %d targets of %d", err, len(d.Data.Targets), d.Data.Total)
 		}
 		if err := apiGet(httpClient, n1, "/api/v1/cluster/targets?job=e2e&status=problem", &d); err != nil || len(d.Data.Targets) != len(dups) {
-			t.Errorf("?job=e2e&status=problem: %v, %d targets", err, len(d.Data.Targets))
+			errorf(t, "?job=e2e&status=problem: %v, %d targets", err, len(d.Data.Targets))
 		}
 		if err := apiGet(httpClient, n1, "/api/v1/cluster/targets?job=other", &d); err != nil || len(d.Data.Targets) != 0 || len(d.Data.Jobs) != 1 {
-			t.Errorf("?job=other: %v, %d targets, jobs %v", err, len(d.Data.Targets), d.Data.Jobs)
+			errorf(t, "?job=other: %v, %d targets, jobs %v", err, len(d.Data.Targets), d.Data.Jobs)
 		}
 		if err := apiGet(httpClient, n1, "/api/v1/cluster/targets?status=lost", &d); err == nil || !strings.Contains(err.Error(), "400") {
-			t.Errorf("?status=lost: %v, want 400", err)
+			errorf(t, "?status=lost: %v, want 400", err)
 		}
 
 		// Explain one duplicate: its owner by the ring, and both scrapers.
@@ -244,11 +244,11 @@ func TestStatusPage(t *testing.T) {
 			} `json:"data"`
 		}
 		if err := apiGet(httpClient, n1, "/api/v1/cluster/explain?target=e2e/"+dups[0], &ex); err != nil {
-			t.Fatal(err)
+			fatal(t, err)
 		}
 		if len(ex.Data.Targets) != 1 || ex.Data.Targets[0].Status != "duplicate" || len(ex.Data.Targets[0].Owners) != 1 ||
 			ex.Data.Targets[0].Walk[0].Node != ex.Data.Targets[0].Owners[0].Node || len(ex.Data.Targets[0].ScrapedBy) != 2 {
-			t.Errorf("explain %s: %+v", dups[0], ex.Data)
+			errorf(t, "explain %s: %+v", dups[0], ex.Data)
 		}
 	})
 
@@ -258,7 +258,7 @@ func TestStatusPage(t *testing.T) {
 			t.Helper()
 			out, err := exec.Command(shoalBin, append([]string{"cluster", "--url", n1}, args...)...).CombinedOutput()
 			if err != nil {
-				t.Fatalf("shoal cluster %v: %v\n%s", args, err, out)
+				fatalf(t, "shoal cluster %v: %v\n%s", args, err, out)
 			}
 			return string(out)
 		}
@@ -266,16 +266,16 @@ func TestStatusPage(t *testing.T) {
 			Targets []clusterTarget `json:"targets"`
 		}
 		if err := json.Unmarshal([]byte(cli("targets", "--status", "duplicate", "-o", "json")), &d); err != nil || len(d.Targets) != len(dups) {
-			t.Errorf("targets --status duplicate -o json: %v, %d targets, want %d", err, len(d.Targets), len(dups))
+			errorf(t, "targets --status duplicate -o json: %v, %d targets, want %d", err, len(d.Targets), len(dups))
 		}
 		peers := cli("peers")
 		for _, want := range []string{"node-1 *", "node-2", "node-3", "participant", "SAMPLES/S"} {
 			if !strings.Contains(peers, want) {
-				t.Errorf("shoal cluster peers lacks %q:\n%s", want, peers)
+				errorf(t, "shoal cluster peers lacks %q:\n%s", want, peers)
 			}
 		}
 		if ex := cli("explain", "e2e/"+dups[0]); !strings.Contains(ex, "duplicate") || !strings.Contains(ex, "Tokens walked clockwise") {
-			t.Errorf("shoal cluster explain:\n%s", ex)
+			errorf(t, "shoal cluster explain:\n%s", ex)
 		}
 	})
 
@@ -286,37 +286,37 @@ func TestStatusPage(t *testing.T) {
 			chromedp.Navigate(n1+"/cluster"),
 			chromedp.WaitVisible(chromedp.CSS("#peer-table")),
 		); err != nil {
-			t.Fatal(err)
+			fatal(t, err)
 		}
 		rows, err := chromedp.Run(ctx, chromedp.Evaluate[[]map[string]string](peerRowsJS))
 		if err != nil {
-			t.Fatal(err)
+			fatal(t, err)
 		}
 		if len(rows) != 3 {
-			t.Fatalf("peer rows %v, want 3", rows)
+			fatalf(t, "peer rows %v, want 3", rows)
 		}
 		for i, r := range rows {
 			if want := fmt.Sprintf("node-%d", i+1); r["peer"] != want || r["state"] != "participant" || r["stateText"] != "participant" {
-				t.Errorf("row %d: %v, want %s participant", i, r, want)
+				errorf(t, "row %d: %v, want %s participant", i, r, want)
 			}
 			if r["series"] == "" || r["series"] == "0" || r["rate"] == "" || r["rate"] == "0.0" {
-				t.Errorf("row %d (%s): no load figures: %v", i, r["peer"], r)
+				errorf(t, "row %d (%s): no load figures: %v", i, r["peer"], r)
 			}
 		}
 		banner, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("#problem-banner")))
 		if err != nil {
-			t.Fatal(err)
+			fatal(t, err)
 		}
 		first, err := chromedp.Run(ctx, chromedp.AttributeValue(chromedp.CSS("#placement-table tr.target"), "data-status"))
 		if err != nil {
-			t.Fatal(err)
+			fatal(t, err)
 		}
 		if first.Value != "duplicate" || !strings.Contains(banner, fmt.Sprintf("%d duplicate", len(dups))) {
-			t.Errorf("unfiltered page: first target %q, banner %q", first.Value, banner)
+			errorf(t, "unfiltered page: first target %q, banner %q", first.Value, banner)
 		}
 		png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
 		if err != nil {
-			t.Fatal(err)
+			fatal(t, err)
 		}
 		saveScreenshot(t, "status-cluster.png", png)
 
@@ -324,33 +324,33 @@ func TestStatusPage(t *testing.T) {
 			chromedp.Navigate(n1+"/cluster?status=duplicate"),
 			chromedp.WaitVisible(chromedp.CSS("#placement-table")),
 		); err != nil {
-			t.Fatal(err)
+			fatal(t, err)
 		}
 		statuses, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll("#placement-table tr.target")).map(r => r.dataset.status)`))
 		if err != nil {
-			t.Fatal(err)
+			fatal(t, err)
 		}
 		firstURL, err := chromedp.Run(ctx, chromedp.AttributeValue(chromedp.CSS("#placement-table tr.target"), "data-url"))
 		if err != nil {
-			t.Fatal(err)
+			fatal(t, err)
 		}
 		if len(statuses) != len(dups) || slices.ContainsFunc(statuses, func(s string) bool { return s != "duplicate" }) || !slices.Contains(dups, firstURL.Value) {
-			t.Errorf("?status=duplicate shows %v (first %s), want %d duplicates", statuses, firstURL.Value, len(dups))
+			errorf(t, "?status=duplicate shows %v (first %s), want %d duplicates", statuses, firstURL.Value, len(dups))
 		}
 		// The target page explains it.
 		if err := chromedp.Do(ctx,
 			chromedp.Click(chromedp.CSS("#placement-table tr.target a")),
 			chromedp.WaitVisible(chromedp.CSS("section.explain")),
 		); err != nil {
-			t.Fatal(err)
+			fatal(t, err)
 		}
 		detail, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("section.explain")))
 		if err != nil {
-			t.Fatal(err)
+			fatal(t, err)
 		}
 		for _, want := range []string{"duplicate", firstURL.Value, "Tokens that decide the owners", "owner", "node-3"} {
 			if !strings.Contains(detail, want) {
-				t.Errorf("target page lacks %q:\n%s", want, detail)
+				errorf(t, "target page lacks %q:\n%s", want, detail)
 			}
 		}
 	})
@@ -379,33 +379,33 @@ func TestStatusPage(t *testing.T) {
 		for _, pr := range p.Data.Peers {
 			switch {
 			case pr.Name == "node-2" && (pr.Error == "" || pr.Series != 0):
-				t.Errorf("node-2 down: %+v", pr)
+				errorf(t, "node-2 down: %+v", pr)
 			case pr.Name != "node-2" && (pr.Error != "" || pr.Series <= 0 || pr.SamplesPerSecond <= 0):
-				t.Errorf("%s answered but lacks its load: %+v", pr.Name, pr)
+				errorf(t, "%s answered but lacks its load: %+v", pr.Name, pr)
 			}
 		}
 		if !strings.Contains(p.Data.PeerErrors[0].Error, "connection refused") {
-			t.Errorf("reason %q does not say why", p.Data.PeerErrors[0].Error)
+			errorf(t, "reason %q does not say why", p.Data.PeerErrors[0].Error)
 		}
 		if d.Data.Total != len(targets) {
-			t.Errorf("the answer lost targets: %d of %d", d.Data.Total, len(targets))
+			errorf(t, "the answer lost targets: %d of %d", d.Data.Total, len(targets))
 		}
 		// The page names it at the top, with the reason, and still shows the others' load.
 		resp, err := httpClient.Get(n1 + "/cluster")
 		if err != nil {
-			t.Fatal(err)
+			fatal(t, err)
 		}
 		page, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		for _, want := range []string{`class="alert unreachable-peer" data-peer="node-2"`, "Could not ask node-2", "connection refused", `data-peer="node-3" data-state="participant"`} {
 			if !strings.Contains(string(page), want) && !t.Failed() {
-				t.Errorf("/cluster with node-2 down lacks %q", want)
+				errorf(t, "/cluster with node-2 down lacks %q", want)
 			}
 		}
 		for _, ct := range d.Data.Targets {
 			owner2 := slices.Contains(ct.Owners, "node-2")
 			if owner2 && ct.Status != "unknown" || !owner2 && ct.Status == "unknown" {
-				t.Errorf("%s owned by %v: status %s", ct.ScrapeURL, ct.Owners, ct.Status)
+				errorf(t, "%s owned by %v: status %s", ct.ScrapeURL, ct.Owners, ct.Status)
 			}
 		}
 	})
@@ -432,7 +432,7 @@ func browser(t *testing.T) context.Context {
 	}
 	if path == "" {
 		if os.Getenv("CI") != "" {
-			t.Fatal("chromium is not installed; .ci/run installs it with apt-get install -y chromium")
+			fatal(t, "chromium is not installed; .ci/run installs it with apt-get install -y chromium")
 		}
 		t.Skip("chromium is not installed (apt-get install -y chromium); the browser test runs in CI")
 	}
@@ -463,7 +463,7 @@ func browser(t *testing.T) context.Context {
 func saveScreenshot(t *testing.T, name string, png []byte) {
 	t.Helper()
 	if len(png) < 8 || string(png[1:4]) != "PNG" {
-		t.Fatalf("screenshot is not a PNG (%d bytes)", len(png))
+		fatalf(t, "screenshot is not a PNG (%d bytes)", len(png))
 	}
 	// The README's picture is refreshed only on request, so that a test run
 	// (CI's included) leaves the work tree as it found it.
@@ -473,10 +473,10 @@ func saveScreenshot(t *testing.T, name string, png []byte) {
 	}
 	path := filepath.Join(dir, name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	if err := os.WriteFile(path, png, 0o644); err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	t.Logf("screenshot saved to %s", path)
 }
@@ -494,7 +494,7 @@ func TestStatusPageTLSBasicAuth(t *testing.T) {
 	certFile, keyFile, pool := testutil.SelfSignedCert(t, dir)
 	hash, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.MinCost)
 	if err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	webCfg := filepath.Join(dir, "web.yml")
 	writeFile(t, webCfg, fmt.Sprintf("tls_server_config:\n  cert_file: %s\n  key_file: %s\nbasic_auth_users:\n  peer: %s\n", certFile, keyFile, hash))
@@ -517,7 +517,7 @@ func TestStatusPageTLSBasicAuth(t *testing.T) {
 	for _, a := range nodes {
 		eventually(t, startTimeout, a.spec.name+" ready over TLS", func() error {
 			if err := a.exitedEarly(); err != nil {
-				t.Fatal(err)
+				fatal(t, err)
 			}
 			resp, err := client.Get("https://" + a.webAddr + "/-/ready")
 			if err != nil {
@@ -535,7 +535,7 @@ func TestStatusPageTLSBasicAuth(t *testing.T) {
 	// Without credentials the server refuses: the fan-out below really needs them.
 	noAuth := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
 	if err := apiGet(noAuth, n1, "/api/v1/cluster/peers", &spPeers{}); err == nil || !strings.Contains(err.Error(), "401") {
-		t.Fatalf("without credentials: %v, want 401", err)
+		fatalf(t, "without credentials: %v, want 401", err)
 	}
 
 	var p spPeers
@@ -564,7 +564,7 @@ func TestStatusPageTLSBasicAuth(t *testing.T) {
 	for _, path := range []string{"/api/v1/cluster/peers", "/api/v1/cluster/targets", "/cluster", "/", "/api/v1/status/node"} {
 		resp, err := client.Get(n1 + path)
 		if err != nil {
-			t.Fatal(err)
+			fatal(t, err)
 		}
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
@@ -573,17 +573,17 @@ func TestStatusPageTLSBasicAuth(t *testing.T) {
 	for _, a := range nodes {
 		b, err := os.ReadFile(a.logPath)
 		if err != nil {
-			t.Fatal(err)
+			fatal(t, err)
 		}
 		seen = append(seen, string(b))
 	}
 	for i, s := range seen {
 		if strings.Contains(s, password) {
-			t.Errorf("the password appears in output %d", i)
+			errorf(t, "the password appears in output %d", i)
 		}
 	}
 	if !strings.Contains(seen[2], "node-3") || strings.Contains(seen[2], "Could not ask") {
-		t.Errorf("/cluster over TLS does not show every peer answering")
+		errorf(t, "/cluster over TLS does not show every peer answering")
 	}
 }
 
@@ -601,6 +601,6 @@ func (b *basicAuth) RoundTrip(r *http.Request) (*http.Response, error) {
 func writeFile(t *testing.T, path, content string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
-		t.Fatal(err)
+		fatal(t, err)
 	}
 }

@@ -36,7 +36,7 @@ func startTargets(t testing.TB, n, load int) []*target {
 	for i := range out {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			t.Fatal(err)
+			fatal(t, err)
 		}
 		tg := &target{addr: ln.Addr().String(), load: load, conns: map[string]string{}}
 		srv := &http.Server{Handler: tg, ReadHeaderTimeout: 5 * time.Second, ConnState: tg.connState}
