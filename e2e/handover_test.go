@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"regexp"
 	"slices"
@@ -159,7 +160,9 @@ func TestHandoverRefusedByPeerKeepsBacklogForRestart(t *testing.T) {
 // counter value served arrives, none refused and none twice.
 func runHandoverFailure(t *testing.T, n int, peerArgs []string, reason string) {
 	needBinary(t)
-	targets := startTargets(t, 4, 1)
+	// Twelve targets: with four, the ring gave the first replica none in
+	// one run of eight, and it then had no backlog to hand over.
+	targets := startTargets(t, 12, 1)
 	recv := startGatedReceiver(t)
 	cfg := durabilityConfig(t, targetAddrs(targets), recv.writeURL(), "min_backoff: 50ms", "max_backoff: 1s")
 	nodes := newClusterAgents(t, n, cfg, n)
@@ -169,8 +172,11 @@ func runHandoverFailure(t *testing.T, n int, peerArgs []string, reason string) {
 			a.spec.extraArgs = append(a.spec.extraArgs, peerArgs...)
 		}
 	}
+	keepLogs(t, nodes)
 	startCluster(t, nodes)
-	waitConverged(t, nodes, targets)
+	if owners := waitConverged(t, nodes, targets); !slices.Contains(slices.Collect(maps.Values(owners)), nodes[0].spec.name) {
+		fatalf(t, "%s owns no target, so it has no backlog to hand over: %v", nodes[0].spec.name, owners)
+	}
 	waitServed(t, targets, time.Now(), 2, convergeTimeout)
 	recv.status.Store(503)
 	waitServed(t, targets, time.Now(), 5, convergeTimeout)

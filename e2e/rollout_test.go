@@ -44,6 +44,7 @@ func newRolloutRun(t *testing.T, extraArgs ...string) *handoffRun {
 		a.spec.config = own
 		a.spec.extraArgs = append(a.spec.extraArgs, extraArgs...)
 	}
+	keepLogs(t, h.nodes)
 	startCluster(t, h.nodes)
 	waitConverged(t, h.nodes, h.targets)
 	waitServed(t, h.targets, time.Now(), 2, convergeTimeout)

@@ -241,7 +241,7 @@ func TestRestartedReceiverReportsStoredBacklogBeforeGossip(t *testing.T) {
 	if len(carried) != 1 || carried[0].Node != "leaver" || !carried[0].Start.Equal(msTime(1000)) || carried[0].Seq != 3 {
 		t.Fatalf("carried after restart %+v, want the leaver's backlog up to fence 3", carried)
 	}
-	if !tr.Pending("leaver", msTime(1000), 3) {
+	if !tr.Pending("leaver", msTime(1000), 3, true) {
 		t.Fatal("a stored backlog is not pending before the first gossip")
 	}
 	if err := again.store.Delivered(testID); err != nil {
@@ -251,7 +251,7 @@ func TestRestartedReceiverReportsStoredBacklogBeforeGossip(t *testing.T) {
 		t.Fatal(err)
 	}
 	tr.refresh(true) // the withdrawal gossiped
-	if len(tr.Carried()) != 0 || tr.Pending("leaver", msTime(1000), 3) {
+	if len(tr.Carried()) != 0 || tr.Pending("leaver", msTime(1000), 3, true) {
 		t.Fatal("a delivered backlog is still carried or pending")
 	}
 }

@@ -156,8 +156,12 @@ func (t *Tracker) Carried() []placement.Departed {
 	return slices.Clone(t.local)
 }
 
-// Pending implements placement.Backlogs.
-func (t *Tracker) Pending(node string, start time.Time, seq uint64) bool {
+// Pending implements placement.Backlogs. The tracker follows membership on
+// its own goroutine, so its view may be a moment behind the caller's (it
+// has not seen the node leave) or ahead of it (it already sees the node
+// back, restarted): where the two disagree about a node the caller finds
+// gone, the answer is pending, and the caller's next look decides.
+func (t *Tracker) Pending(node string, start time.Time, seq uint64, gone bool) bool {
 	t.refresh(false)
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -170,14 +174,20 @@ func (t *Tracker) Pending(node string, start time.Time, seq uint64) bool {
 	if _, ok := t.seen[key]; ok {
 		return true
 	}
-	if _, ok := t.alive[node]; ok {
+	if !gone {
+		// Alive: its own acknowledgements are the caller's to wait for.
 		return false
 	}
 	if _, ok := t.delivered[key]; ok {
 		return false
 	}
 	p, ok := t.last[node]
-	gone, isGone := t.goneAt[node]
-	return ok && isGone && t.now().Sub(gone) < t.wait &&
+	if !ok {
+		return false
+	}
+	if _, alive := t.alive[node]; alive {
+		return true
+	}
+	return t.now().Sub(t.goneAt[node]) < t.wait &&
 		p.State == cluster.Terminating && p.StartTime.Equal(start) && p.Handoff.AckedSeq < seq
 }

@@ -19,13 +19,13 @@ func TestTrackerKeepsLeaverPendingWhileItsBacklogIsCarried(t *testing.T) {
 		// not the wait running out, must end the pending.
 		tr := NewTracker(cl, time.Hour, 5*time.Minute)
 		tr.refresh(true)
-		if tr.Pending("leaver", start, 2) {
+		if tr.Pending("leaver", start, 2, false) {
 			t.Fatal("an alive leaver is the placement's to wait for, not the tracker's")
 		}
 		// The leaver is gone before the carrier's announcement arrives.
 		cl.setPeers(carrier)
 		tr.refresh(true)
-		if !tr.Pending("leaver", start, 2) {
+		if !tr.Pending("leaver", start, 2, true) {
 			t.Fatal("a leaver gone terminating with its fence unacknowledged is pending while an announcement may be on its way")
 		}
 		withCarry := carrier
@@ -33,26 +33,26 @@ func TestTrackerKeepsLeaverPendingWhileItsBacklogIsCarried(t *testing.T) {
 		cl.setPeers(withCarry)
 		time.Sleep(time.Minute)
 		tr.refresh(true)
-		if !tr.Pending("leaver", start, 2) {
+		if !tr.Pending("leaver", start, 2, true) {
 			t.Fatal("an announced backlog is pending")
 		}
 		// The carrier crashes: still pending, until the TTL.
 		cl.setPeers()
 		time.Sleep(time.Minute)
 		tr.refresh(true)
-		if !tr.Pending("leaver", start, 2) {
+		if !tr.Pending("leaver", start, 2, true) {
 			t.Fatal("a backlog whose carrier is down is pending")
 		}
 		// It comes back announcing it, then withdraws it once delivered.
 		withCarry.StartTime = start.Add(time.Hour)
 		cl.setPeers(withCarry)
 		tr.refresh(true)
-		if !tr.Pending("leaver", start, 2) {
+		if !tr.Pending("leaver", start, 2, true) {
 			t.Fatal("a re-announced backlog is pending")
 		}
 		cl.setPeers(carrier)
 		tr.refresh(true)
-		if tr.Pending("leaver", start, 2) {
+		if tr.Pending("leaver", start, 2, true) {
 			t.Fatal("a delivered backlog is still pending")
 		}
 	})
@@ -67,16 +67,52 @@ func TestTrackerForgetsLeaverWithoutCarrierAfterTheWait(t *testing.T) {
 		tr.refresh(true)
 		cl.setPeers()
 		tr.refresh(true)
-		if !tr.Pending("leaver", start, 2) {
+		if !tr.Pending("leaver", start, 2, true) {
 			t.Fatal("pending right after it left")
 		}
 		time.Sleep(11 * time.Second)
-		if tr.Pending("leaver", start, 2) {
+		if tr.Pending("leaver", start, 2, true) {
 			t.Fatal("still pending after the wait although nobody announced its backlog")
 		}
 		// A leaver that had its fence acknowledged is never waited for.
-		if tr.Pending("leaver", start, 1) {
+		if tr.Pending("leaver", start, 1, true) {
 			t.Fatal("pending for an acknowledged fence")
+		}
+	})
+}
+
+// TestTrackerPendingWhileItsViewDisagreesWithTheCaller: the tracker
+// refreshes on its own goroutine, so the hold that asks may find a leaver
+// gone while the tracker still sees it terminating, or already sees its
+// next life. Either way the answer is pending until the views agree: a
+// hold released in that instant lets the new owner's samples overtake the
+// leaver's backlog, which the remote end then refuses as out of order.
+func TestTrackerPendingWhileItsViewDisagreesWithTheCaller(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.UnixMilli(1000)
+		leaver := cluster.Peer{Name: "leaver", State: cluster.Terminating, StartTime: start, Handoff: cluster.Watermarks{FencedSeq: 2, AckedSeq: 1}}
+		cl := newFakeCluster("owner")
+		cl.setPeers(leaver)
+		tr := NewTracker(cl, time.Hour, 5*time.Minute)
+		tr.refresh(true)
+		// Gone for the caller; the tracker has not refreshed since (its
+		// refresh gap has not passed: the clock stands still).
+		cl.setPeers()
+		if !tr.Pending("leaver", start, 2, true) {
+			t.Fatal("not pending while the tracker still sees the leaver terminating")
+		}
+		// Back, restarted, in the tracker's view; the caller's is older.
+		next := leaver
+		next.State, next.StartTime, next.Handoff = cluster.Participant, start.Add(time.Minute), cluster.Watermarks{}
+		cl.setPeers(next)
+		tr.refresh(true)
+		if !tr.Pending("leaver", start, 2, true) {
+			t.Fatal("not pending while the tracker already sees the leaver's next life")
+		}
+		// Once the caller sees the next life too, its acknowledgements
+		// are the caller's to wait for.
+		if tr.Pending("leaver", start, 2, false) {
+			t.Fatal("pending for a leaver alive again in both views")
 		}
 	})
 }

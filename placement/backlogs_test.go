@@ -15,7 +15,7 @@ type fakeBacklogs struct {
 	carried []Departed
 }
 
-func (b *fakeBacklogs) Pending(node string, start time.Time, _ uint64) bool {
+func (b *fakeBacklogs) Pending(node string, start time.Time, _ uint64, _ bool) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, d := range b.carried {

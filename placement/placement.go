@@ -152,8 +152,9 @@ type Options struct {
 type Backlogs interface {
 	// Pending reports whether node's backlog from the life that started
 	// at start, up to its fence seq, is held by some node and not yet
-	// delivered, or may still be announced by one.
-	Pending(node string, start time.Time, seq uint64) bool
+	// delivered, or may still be announced by one. gone: node is absent
+	// from the membership the caller decides on.
+	Pending(node string, start time.Time, seq uint64, gone bool) bool
 	// Carried lists the departed nodes' backlogs this node itself holds,
 	// undelivered.
 	Carried() []Departed
@@ -873,8 +874,10 @@ func (c *Coordinator) peersToWaitFor() []cluster.Peer {
 // may append again, and the queues hold everything written from now on until
 // the peers' samples from before their fences of that view are acknowledged.
 func (c *Coordinator) Activate(r scrape.Placement, config uint64, units []scrape.Unit) {
-	c.fence.Unfence(units)
+	// The hold's position is read before the units may append: a sample
+	// committed in between would otherwise be sent ahead of the hold.
 	pos, err := c.wal.EndPosition()
+	c.fence.Unfence(units)
 	if err != nil {
 		c.logger.Warn("Cannot read the WAL end position; gained targets start without a hold", "err", err)
 		return
@@ -910,7 +913,19 @@ func (c *Coordinator) Activate(r scrape.Placement, config uint64, units []scrape
 	n := len(c.holds)
 	c.mu.Unlock()
 	c.metrics.holds.Set(float64(n))
+	c.logger.Debug("Holding the remote-write queues until the peers' last samples of gained targets are acknowledged",
+		"units", len(units), "position", pos, "waiting_for", needSummary(need))
 	c.wake()
+}
+
+// needSummary describes what a hold waits for, for a debug log.
+func needSummary(need map[string]peerNeed) string {
+	var parts []string
+	for _, name := range slices.Sorted(maps.Keys(need)) {
+		n := need[name]
+		parts = append(parts, fmt.Sprintf("%s:seq=%d,next=%v", name, n.seq, n.next))
+	}
+	return strings.Join(parts, " ")
 }
 
 // step publishes acknowledged fences and releases holds that may go.
@@ -960,6 +975,7 @@ func (c *Coordinator) step() {
 	for _, h := range done {
 		h.release()
 		c.metrics.holdSeconds.Observe(now.Sub(h.start).Seconds())
+		c.logger.Debug("Released a remote-write hold: every peer's last samples are acknowledged or the peer is gone", "held", now.Sub(h.start), "peers", holdPeers(h, peers))
 	}
 	for _, h := range expired {
 		h.release()
@@ -1014,7 +1030,7 @@ func (h *hold) waitingFor(alive map[string]cluster.Peer, now time.Time) []string
 		if n.next && now.Before(h.nextUntil) {
 			seq++
 		}
-		if h.backlogs != nil && h.backlogs.Pending(name, n.start, seq) {
+		if h.backlogs != nil && h.backlogs.Pending(name, n.start, seq, !ok) {
 			// Handed over to another node: its delivery is the peer's.
 			out = append(out, name)
 			continue
@@ -1041,6 +1057,24 @@ func setsSummary(sets map[string]cluster.NodeWeights) string {
 	var parts []string
 	for _, n := range slices.Sorted(maps.Keys(sets)) {
 		parts = append(parts, fmt.Sprintf("%s@%d:%d", n, sets[n].Version, len(sets[n].Weights)))
+	}
+	return strings.Join(parts, " ")
+}
+
+// holdPeers describes, for a debug log, how each peer h waited for stands:
+// gone, restarted, or its acknowledged fence.
+func holdPeers(h *hold, alive map[string]cluster.Peer) string {
+	var parts []string
+	for _, name := range slices.Sorted(maps.Keys(h.need)) {
+		p, ok := alive[name]
+		switch {
+		case !ok:
+			parts = append(parts, name+":gone")
+		case !p.StartTime.Equal(h.need[name].start):
+			parts = append(parts, fmt.Sprintf("%s:restarted,acked=%d", name, p.Handoff.AckedSeq))
+		default:
+			parts = append(parts, fmt.Sprintf("%s:acked=%d/%d", name, p.Handoff.AckedSeq, h.need[name].seq))
+		}
 	}
 	return strings.Join(parts, " ")
 }
