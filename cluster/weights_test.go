@@ -40,7 +40,10 @@ func TestWeightsTravelBetweenNodes(t *testing.T) {
 	tn := newTestNet(t)
 	nodes := startStatic(t, tn, 2, nil)
 	a, b := nodes[0].Node, nodes[1].Node
-	testutil.EventuallyTrue(t, 10*time.Second, "two nodes see each other", func() bool { return len(b.Peers()) == 2 })
+	// Both ways: a sends its weights to the members it knows, and while it
+	// does not know b yet it sends nothing (push/pull carries them, not
+	// counted as a send).
+	testutil.EventuallyTrue(t, 10*time.Second, "two nodes see each other", func() bool { return len(a.Peers()) == 2 && len(b.Peers()) == 2 })
 
 	changes, unsubscribe := b.Subscribe()
 	defer unsubscribe()
