@@ -24,7 +24,7 @@ LDFLAGS    = -X github.com/prometheus/common/version.Version=$(VERSION) \
              -X github.com/prometheus/common/version.Revision=$(REVISION) \
              -X github.com/prometheus/common/version.Branch=main
 
-.PHONY: all build docs test test-unit test-e2e test-k8s helm kube-apiserver cold-check fuzz lint lint-chart chart-docs image demo bench clean
+.PHONY: all build docs test test-unit test-e2e test-k8s helm kube-apiserver cold-check fuzz lint lint-chart chart-docs image demo bench scale clean
 
 all: build
 
@@ -181,6 +181,13 @@ demo:
 # The side-by-side benchmark (shoal, Prometheus agent, vmagent); writes docs/BENCHMARKS.md.
 bench:
 	./bench/run.sh
+
+# 50 shoal processes on 127.0.0.x, 5,000 targets, a real receiver: cold
+# start, rolling restart, scale 50 -> 60 -> 50, SIGKILL of 5, idle cost and
+# the cluster views; writes docs/SCALE.md. Not part of make test (a
+# 10-replica run of the same harness is, in e2e). About 30 minutes.
+scale:
+	$(GO) run ./bench/cmd/scale
 
 clean:
 	rm -rf $(BIN) .demo build

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"slices"
 	"strconv"
@@ -21,10 +22,13 @@ import (
 	"github.com/shoal-dev/shoal/discoveryerr"
 )
 
-// announceWait bounds how long the announcer waits for memberlist to finish
-// sending this node's last metadata update before it queues the next one
-// anyway; normally that takes a few gossip intervals.
-const announceWait = 5 * time.Second
+// An update's delivery is waited for announceRounds times the gossip
+// rounds memberlist needs to send it (see announceWait), doubling up to
+// announceMaxBackoff times that after each wait that ran out.
+const (
+	announceRounds     = 4
+	announceMaxBackoff = 8
+)
 
 // Replacements for memberlist's LAN defaults (4 and 30s); see
 // memberlistConfig.
@@ -96,6 +100,12 @@ type Node struct {
 	wg         sync.WaitGroup
 	// weightsSend signals sendWeightsLoop that ownWeights changed.
 	weightsSend chan struct{}
+
+	// memberlist's gossip interval, fan-out and retransmit multiplier, set
+	// by Start (announceWait).
+	gossipRound  time.Duration
+	gossipFanout int
+	gossipMult   int
 
 	// The cluster remembered between runs (snapshot.go, startupwait.go).
 	remembered   []string      // remembered members' addresses, joined on start
@@ -228,6 +238,7 @@ func (n *Node) Start(ctx context.Context) error {
 	n.mu.Lock()
 	n.ml = ml
 	n.advertise = advertise
+	n.gossipRound, n.gossipFanout, n.gossipMult = mlc.GossipInterval, max(mlc.GossipNodes, 1), max(mlc.RetransmitMult, 1)
 	n.cancel = cancel
 	if !n.ready {
 		n.readyTimer = time.AfterFunc(n.cfg.WaitTimeout, func() { n.markReady("wait timeout passed") })
@@ -505,14 +516,22 @@ func (n *Node) SetScrapeConfig(ids ConfigIDs) {
 }
 
 // broadcastState has memberlist advertise the current metadata; it does not
-// wait. An update must not replace this node's previous one in memberlist's
-// broadcast queue while that is still being sent: when it was the only
-// message queued, memberlist v0.7.0's queue restarts its ids and the next
-// relayed message of the same size silently drops the update (upstream
-// hashicorp/memberlist#263), leaving peers stale until the next state
-// exchange. So one announcer goroutine sends an update, waits until
-// memberlist has finished sending it, and only then sends what changed
-// meanwhile.
+// wait. One announcer goroutine owns this node's UpdateNode calls, one at a
+// time: two concurrent calls may take their incarnations in the other order
+// than their metadata, and memberlist then keeps the older metadata under
+// the higher incarnation and never reports the newer one delivered.
+//
+// memberlist v0.7.0's broadcast queue can silently drop a queued message:
+// it restarts its ids whenever it is empty for an instant, and a later
+// message with the same id, size and transmit count replaces an older one
+// (upstream hashicorp/memberlist#263). An own update dropped that way
+// reaches no peer until the next full state exchange (10s, 20s above 32
+// members), and memberlist never reports its delivery. On a loaded
+// machine, during a cold start of 10 replicas, that happened to several
+// nodes' fence announcements and held every gained target back until the
+// state exchange. So the announcer waits for each update's delivery for a
+// bound derived from the gossip settings and sends it again when that runs
+// out.
 func (n *Node) broadcastState(ml *memberlist.Memberlist) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -532,23 +551,44 @@ func (n *Node) broadcastState(ml *memberlist.Memberlist) {
 	}()
 }
 
-// announce runs UpdateNode until memberlist advertises the current metadata
-// and nothing changed while it was being sent.
+// announceWait is how long an update's delivery is waited for before it
+// is sent again: announceRounds times the gossip rounds memberlist needs
+// to send it as often as it does (RetransmitMult × ⌈log10(N+1)⌉ sends,
+// GossipNodes per round), times backoff. At the defaults and 50 members:
+// 12 sends, 4 rounds of 200ms, a first wait of 3.2s.
+func (n *Node) announceWait(members, backoff int) time.Duration {
+	sends := n.gossipMult * int(math.Ceil(math.Log10(float64(members+1))))
+	rounds := (max(sends, 1) + n.gossipFanout - 1) / n.gossipFanout
+	return time.Duration(announceRounds*rounds*backoff) * n.gossipRound
+}
+
+// announce runs UpdateNode until memberlist has delivered the current
+// metadata: what changed while an update was being sent goes next, and an
+// update whose delivery is not reported within announceWait is sent again.
 func (n *Node) announce(ml *memberlist.Memberlist) {
+	backoff, event := 1, "update"
 	for {
-		n.metrics.broadcasts.WithLabelValues("update").Inc()
+		n.mu.Lock()
+		n.reannounce = false
+		n.mu.Unlock()
+		n.metrics.broadcasts.WithLabelValues(event).Inc()
+		wait := n.announceWait(ml.NumMembers(), backoff)
+		sent := make(chan error, 1)
 		// UpdateNode queues the update, then waits for its delivery (at
 		// once when no peer is alive). The wait has no cancellation but its
 		// own bound, so Shutdown does not wait for it.
-		sent := make(chan struct{})
-		go func() {
-			defer close(sent)
-			// The only error is the timeout of the delivery wait.
-			_ = ml.UpdateNode(announceWait)
-		}()
+		go func() { sent <- ml.UpdateNode(wait) }()
+		var err error
 		select {
-		case <-sent:
+		case err = <-sent:
 		case <-n.stopCh:
+		}
+		if err != nil {
+			// Not delivered in time: lost, or behind fresher messages in
+			// the queue. Sent again, waiting longer.
+			backoff, event = min(2*backoff, announceMaxBackoff), "resend"
+		} else {
+			backoff, event = 1, "update"
 		}
 		n.mu.Lock()
 		// memberlist drops a local update whose incarnation a concurrent
@@ -556,8 +596,7 @@ func (n *Node) announce(ml *memberlist.Memberlist) {
 		// metadata): then what it advertises is stale and the loop sends
 		// the update again.
 		stale := !bytes.Equal(n.advertised, n.metaLocked())
-		done := n.stopped || n.left || (!n.reannounce && !stale)
-		n.reannounce = false
+		done := n.stopped || n.left || (!n.reannounce && !stale && err == nil)
 		if done {
 			n.announcing = false
 		}

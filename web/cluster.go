@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -353,6 +354,9 @@ type ClusterTargets struct {
 	Jobs        []JobSummary   `json:"jobs"`
 	Counts      map[string]int `json:"counts"`
 	Total       int            `json:"total"`
+	// Matched counts the targets that pass the filters; Targets holds the
+	// first limit of them when the request sets one.
+	Matched int `json:"matched"`
 }
 
 type targetRef struct{ job, url string }
@@ -405,12 +409,21 @@ func (h *Handler) peerScrapes(ctx context.Context, localTargets []activeTarget) 
 type targetFilter struct {
 	status string // one of Statuses, "problem" (anything not ok) or "" (all)
 	job    string
+	limit  int // at most this many targets in the answer; 0: all
 }
 
 func parseTargetFilter(r *http.Request) (targetFilter, error) {
-	f := targetFilter{status: strings.ToLower(r.URL.Query().Get("status")), job: r.URL.Query().Get("job")}
+	q := r.URL.Query()
+	f := targetFilter{status: strings.ToLower(q.Get("status")), job: q.Get("job")}
 	if f.status != "" && f.status != "problem" && !slices.Contains(Statuses, f.status) {
 		return f, fmt.Errorf("unknown status %q: want one of %s or problem", f.status, strings.Join(Statuses, ", "))
+	}
+	if l := q.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 0 {
+			return f, fmt.Errorf("limit %q: want a number of targets, 0 for all", l)
+		}
+		f.limit = n
 	}
 	return f, nil
 }
@@ -484,6 +497,10 @@ func (h *Handler) clusterTargets(ctx context.Context, localTargets []activeTarge
 	}
 	// Problems first, worst first; then the order of the ownership view (job, URL).
 	slices.SortStableFunc(res.Targets, func(a, b ClusterTarget) int { return statusRank(a.Status) - statusRank(b.Status) })
+	res.Matched = len(res.Targets)
+	if f.limit > 0 && len(res.Targets) > f.limit {
+		res.Targets = res.Targets[:f.limit]
+	}
 	for _, js := range jobs {
 		res.Jobs = append(res.Jobs, *js)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -88,35 +89,20 @@ func (h *Handler) peerURL(httpAddr, path, query string) (*url.URL, error) {
 }
 
 // getPeer asks one peer for an API answer and decodes its data into v.
+// The answer may be one another view fetched moments ago (see peerAnswers).
 func (h *Handler) getPeer(ctx context.Context, p cluster.Peer, path, query string, v any) error {
 	u, err := h.peerURL(p.HTTPAddr, path, query)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, h.opts.PeerTimeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	raw, err := h.answers.get(ctx, p.Name+" "+u.String(), h.opts.PeerAnswerTTL, func(ctx context.Context) ([]byte, error) {
+		return h.fetchPeer(ctx, u)
+	})
 	if err != nil {
 		return err
 	}
-	resp, err := h.client.Do(req)
-	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err // the URL is said once, below
-		}
-		return fmt.Errorf("GET %s: %w", u, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		hint := ""
-		if resp.StatusCode == http.StatusUnauthorized {
-			hint = " (set --web.client-config.file with credentials the peers accept)"
-		}
-		return fmt.Errorf("GET %s answered %s%s", u, resp.Status, hint)
-	}
 	body := apiResponse{Data: v}
-	if err := json.NewDecoder(http.MaxBytesReader(nil, resp.Body, 64<<20)).Decode(&body); err != nil {
+	if err := json.Unmarshal(raw, &body); err != nil {
 		return fmt.Errorf("decoding GET %s: %w", u, err)
 	}
 	if body.Status != "success" {
@@ -124,6 +110,102 @@ func (h *Handler) getPeer(ctx context.Context, p cluster.Peer, path, query strin
 	}
 	h.heard(p.Name)
 	return nil
+}
+
+// fetchPeer GETs u and returns the body of a 200 answer. It waits for one
+// of the PeerConcurrency tokens first; the wait counts in PeerTimeout.
+func (h *Handler) fetchPeer(ctx context.Context, u *url.URL) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, h.opts.PeerTimeout)
+	defer cancel()
+	select {
+	case h.peerSem <- struct{}{}:
+		defer func() { <-h.peerSem }()
+	case <-ctx.Done():
+		return nil, fmt.Errorf("GET %s: waiting for a free peer request slot: %w", u, ctx.Err())
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := h.client.Do(req)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // the URL is said once, below
+		}
+		return nil, fmt.Errorf("GET %s: %w", u, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		hint := ""
+		if resp.StatusCode == http.StatusUnauthorized {
+			hint = " (set --web.client-config.file with credentials the peers accept)"
+		}
+		return nil, fmt.Errorf("GET %s answered %s%s", u, resp.Status, hint)
+	}
+	raw, err := io.ReadAll(http.MaxBytesReader(nil, resp.Body, 64<<20))
+	if err != nil {
+		return nil, fmt.Errorf("reading GET %s: %w", u, err)
+	}
+	return raw, nil
+}
+
+// peerAnswers shares peers' raw answers between views. Views asking the
+// same peer for the same URL at the same time wait for one request, and an
+// answer (or failure) younger than the TTL is reused: at 50 peers, ten
+// people refreshing the cluster page cost each peer one request per TTL,
+// not ten.
+type peerAnswers struct {
+	mu sync.Mutex
+	m  map[string]*peerAnswer
+}
+
+type peerAnswer struct {
+	done chan struct{} // closed when body and err are set
+	body []byte
+	err  error
+	at   time.Time // when the answer came
+}
+
+// get returns the answer for key, calling fetch when there is none fresh
+// or in flight. The fetch runs detached from the caller's cancellation, so
+// that one view giving up does not fail the views sharing its request.
+func (a *peerAnswers) get(ctx context.Context, key string, ttl time.Duration, fetch func(context.Context) ([]byte, error)) ([]byte, error) {
+	a.mu.Lock()
+	if a.m == nil {
+		a.m = map[string]*peerAnswer{}
+	}
+	e := a.m[key]
+	fresh := e != nil && (e.at.IsZero() || time.Since(e.at) < ttl)
+	if !fresh {
+		a.pruneLocked(ttl)
+		e = &peerAnswer{done: make(chan struct{})}
+		a.m[key] = e
+		go func() {
+			body, err := fetch(context.WithoutCancel(ctx))
+			a.mu.Lock()
+			e.body, e.err, e.at = body, err, time.Now()
+			a.mu.Unlock()
+			close(e.done)
+		}()
+	}
+	a.mu.Unlock()
+	select {
+	case <-e.done:
+		return e.body, e.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// pruneLocked forgets answers older than ttl, so that peers that left do
+// not stay in the map.
+func (a *peerAnswers) pruneLocked(ttl time.Duration) {
+	for k, e := range a.m {
+		if !e.at.IsZero() && time.Since(e.at) >= ttl {
+			delete(a.m, k)
+		}
+	}
 }
 
 func (h *Handler) heard(name string) {
@@ -149,22 +231,28 @@ func (h *Handler) fanOut(ctx context.Context, what string, ask func(ctx context.
 		wg   sync.WaitGroup
 		errs = []PeerError{}
 	)
-	for _, p := range h.opts.Cluster.Peers() {
-		if p.Self {
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			err := ask(ctx, p)
-			h.notePeer(p.Name, what, err)
-			if err != nil {
-				mu.Lock()
-				errs = append(errs, PeerError{Name: p.Name, Error: err.Error()})
-				mu.Unlock()
+	// Workers, not a goroutine per peer: fetchPeer bounds the requests in
+	// flight anyway, and a view at 1,000 peers needs no 1,000 goroutines.
+	peers := make(chan cluster.Peer)
+	for range h.opts.PeerConcurrency {
+		wg.Go(func() {
+			for p := range peers {
+				err := ask(ctx, p)
+				h.notePeer(p.Name, what, err)
+				if err != nil {
+					mu.Lock()
+					errs = append(errs, PeerError{Name: p.Name, Error: err.Error()})
+					mu.Unlock()
+				}
 			}
-		}()
+		})
 	}
+	for _, p := range h.opts.Cluster.Peers() {
+		if !p.Self {
+			peers <- p
+		}
+	}
+	close(peers)
 	wg.Wait()
 	sort.Slice(errs, func(i, j int) bool { return errs[i].Name < errs[j].Name })
 	return errs

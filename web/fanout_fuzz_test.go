@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/promslog"
@@ -65,6 +66,9 @@ func FuzzPeerAnswers(f *testing.F) {
 		NodeName: "a", Cluster: mem, Ownership: all, Gatherer: prometheus.NewRegistry(),
 		Scrape: scraping{"app": {target("app", "t1:80")}},
 		Ring:   func() *ring.Ring { return ring.New([]string{"a", "b"}, 16) },
+		// Every input is asked for anew, not answered from the previous
+		// input's cached answer.
+		PeerAnswerTTL: time.Nanosecond,
 	}, promslog.NewNopLogger())
 
 	f.Fuzz(func(t *testing.T, answer []byte) {

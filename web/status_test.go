@@ -177,6 +177,8 @@ func threeNodes(t *testing.T, mutate func(name string, o *Options)) map[string]*
 		o := Options{
 			Scrape: scrapes[name], Ownership: all, Cluster: mem[name], NodeName: name, Gatherer: n.reg, Version: "test",
 			Ring: func() *ring.Ring { return ring.New([]string{"a", "b", "c"}, 16) },
+			// Each view asks anew: tests stop peers and look again at once.
+			PeerAnswerTTL: time.Nanosecond,
 		}
 		if mutate != nil {
 			mutate(name, &o)

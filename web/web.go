@@ -80,6 +80,14 @@ type Options struct {
 	Version string
 	// PeerTimeout bounds each request to a peer for the cluster-wide views (default 3s).
 	PeerTimeout time.Duration
+	// PeerConcurrency bounds how many requests to peers this node has in
+	// flight at once, over every view together (default 16): a view at
+	// hundreds of peers must not open hundreds of connections at once.
+	PeerConcurrency int
+	// PeerAnswerTTL is how long a peer's answer is reused by later views
+	// (default 1s). Views that ask the same peer at the same time share one
+	// request whatever the TTL.
+	PeerAnswerTTL time.Duration
 	// PeerClient is used to ask peers for their status and targets. Default:
 	// built from PeerClientConfigFile, else a plain client.
 	PeerClient *http.Client
@@ -110,12 +118,21 @@ type Handler struct {
 	heardMu   sync.Mutex
 	lastHeard map[string]time.Time
 	peerErr   map[string]string // the last error of each peer, to log changes only
+
+	answers peerAnswers
+	peerSem chan struct{} // one token per request to a peer in flight
 }
 
 // New builds the handler.
 func New(opts Options, logger *slog.Logger) *Handler {
 	if opts.PeerTimeout <= 0 {
 		opts.PeerTimeout = 3 * time.Second
+	}
+	if opts.PeerConcurrency <= 0 {
+		opts.PeerConcurrency = 16
+	}
+	if opts.PeerAnswerTTL <= 0 {
+		opts.PeerAnswerTTL = time.Second
 	}
 	if opts.Ring == nil {
 		opts.Ring = func() *ring.Ring { return nil }
@@ -128,6 +145,7 @@ func New(opts Options, logger *slog.Logger) *Handler {
 	}
 	h := &Handler{opts: opts, logger: logger, mux: http.NewServeMux(), start: time.Now(), lastHeard: map[string]time.Time{}, peerErr: map[string]string{}}
 	h.limits = defaultServerLimits()
+	h.peerSem = make(chan struct{}, opts.PeerConcurrency)
 	h.meter = &loadMeter{g: opts.Gatherer}
 	h.client, h.scheme, h.initErr = peerClient(opts)
 	if h.initErr != nil {

@@ -127,6 +127,8 @@ func TestClusterTargetsShowDuplicatesAndOrphans(t *testing.T) {
 		h.h = New(Options{
 			Scrape: scrapes[name], Ownership: all, Cluster: mem[name], NodeName: name,
 			Ring: func() *ring.Ring { return ring.New([]string{"a", "b", "c"}, 16) },
+			// Each view asks anew: the test stops a peer and looks again at once.
+			PeerAnswerTTL: time.Nanosecond,
 		}, promslog.NewNopLogger())
 	}
 	for _, m := range mem {

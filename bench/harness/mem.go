@@ -14,7 +14,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/shoal-dev/shoal/internal/testutil"
+	"github.com/shoal-dev/shoal/internal/promtext"
 )
 
 // MemBreakdown says where an agent's resident memory goes: the kernel's
@@ -84,7 +84,7 @@ func procStatus(pid int) (map[string]int64, error) {
 func memFromMetrics(mfs map[string]*dto.MetricFamily) (MemBreakdown, error) {
 	var m MemBreakdown
 	get := func(name string) float64 {
-		v, err := testutil.Value(mfs, name, nil)
+		v, err := promtext.Value(mfs, name, nil)
 		if err != nil && m.Err == "" {
 			m.Err = err.Error()
 		}
@@ -111,7 +111,7 @@ func memOf(ctx context.Context, p *process) (MemBreakdown, error) {
 	if err != nil {
 		return MemBreakdown{}, err
 	}
-	mfs, err := testutil.ParseText(bytes.NewReader(body))
+	mfs, err := promtext.Parse(bytes.NewReader(body))
 	if err != nil {
 		return MemBreakdown{}, fmt.Errorf("%s /metrics: %w", p.name, err)
 	}

@@ -10,7 +10,7 @@ import (
 	"github.com/google/pprof/profile"
 
 	"github.com/shoal-dev/shoal/bench/loadgen"
-	"github.com/shoal-dev/shoal/internal/testutil"
+	"github.com/shoal-dev/shoal/internal/promtext"
 )
 
 func TestOrder(t *testing.T) {
@@ -305,7 +305,7 @@ go_memstats_sys_bytes 3e+08
 # TYPE go_goroutines gauge
 go_goroutines 42
 `
-	mfs, err := testutil.ParseText(strings.NewReader(page))
+	mfs, err := promtext.Parse(strings.NewReader(page))
 	if err != nil {
 		t.Fatal(err)
 	}

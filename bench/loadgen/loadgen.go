@@ -235,6 +235,27 @@ func (s *Server) Config() Config { return s.cfg }
 // Scrapes returns how many scrapes all targets have answered.
 func (s *Server) Scrapes() int64 { return s.scrapes.Load() }
 
+// TargetScrapes is what one target has answered: how many scrapes and
+// when the latest one came.
+type TargetScrapes struct {
+	Count int64
+	Last  time.Time // zero before the first scrape
+}
+
+// PerTarget returns every target's scrape count and latest scrape, in
+// target order: a harness tells a target scraped twice per interval (two
+// scrapers) or not at all from these, whatever the agents report.
+func (s *Server) PerTarget() []TargetScrapes {
+	out := make([]TargetScrapes, len(s.targets))
+	for i, t := range s.targets {
+		out[i].Count = t.scrapes.Load()
+		if ns := t.last.Load(); ns != 0 {
+			out[i].Last = time.Unix(0, ns)
+		}
+	}
+	return out
+}
+
 // FileSDGroup is one entry of a Prometheus file_sd JSON file.
 type FileSDGroup struct {
 	Targets []string          `json:"targets"`

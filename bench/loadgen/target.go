@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // contentType is the classic text exposition format, which every agent
@@ -40,6 +41,7 @@ type target struct {
 	series  int
 	lines   []line
 	scrapes atomic.Int64
+	last    atomic.Int64 // Unix nanoseconds of the latest scrape
 	total   *atomic.Int64
 	pool    sync.Pool
 }
@@ -104,6 +106,7 @@ func (t *target) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	k := t.scrapes.Add(1)
+	t.last.Store(time.Now().UnixNano())
 	t.total.Add(1)
 	bp, _ := t.pool.Get().(*[]byte)
 	if bp == nil {

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -36,6 +37,7 @@ type cliOptions struct {
 
 	status string
 	job    string
+	limit  int
 	target string
 }
 
@@ -78,6 +80,7 @@ func cliApp(o *cliOptions) *kingpin.Application {
 	targets := cl.Command("targets", "Every discovered target with its owners and actual scrapers, problems first.")
 	targets.Flag("status", "Only targets with this placement status: "+strings.Join(web.Statuses, ", ")+" or problem (any but ok).").StringVar(&o.status)
 	targets.Flag("job", "Only targets of this job.").StringVar(&o.job)
+	targets.Flag("limit", "List at most this many targets, problems first (the job summary still counts all); 0 lists all.").Default("0").IntVar(&o.limit)
 	explain := cl.Command("explain", "Why a target is where it is: its key, the ring tokens that decide its owners, owners by rank and who scrapes it.")
 	explain.Arg("target", "The target: its scrape URL, JOB/URL, or host:port.").Required().StringVar(&o.target)
 	return app
@@ -265,6 +268,9 @@ func (c *cliClient) targets(ctx context.Context, w io.Writer) error {
 	if c.o.job != "" {
 		q.Set("job", c.o.job)
 	}
+	if c.o.limit > 0 {
+		q.Set("limit", strconv.Itoa(c.o.limit))
+	}
 	var d web.ClusterTargets
 	if printed, err := c.fetch(ctx, w, "/api/v1/cluster/targets", q, &d); printed || err != nil {
 		return err
@@ -298,6 +304,9 @@ func (c *cliClient) targets(ctx context.Context, w io.Writer) error {
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	if d.Matched > len(d.Targets) {
+		fmt.Fprintf(w, "\n%d more targets match; raise --limit or filter with --status and --job.\n", d.Matched-len(d.Targets))
 	}
 	return printPeerErrors(w, d.PeerErrors)
 }

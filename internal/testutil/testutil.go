@@ -7,15 +7,14 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
+
+	"github.com/shoal-dev/shoal/internal/promtext"
 )
 
 // PollInterval is how often Poll and Eventually re-check their condition.
@@ -77,43 +76,12 @@ func Families(g prometheus.Gatherer) (map[string]*dto.MetricFamily, error) {
 }
 
 // ParseText reads a /metrics page in the text exposition format.
-func ParseText(r io.Reader) (map[string]*dto.MetricFamily, error) {
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	return p.TextToMetricFamilies(r)
-}
+func ParseText(r io.Reader) (map[string]*dto.MetricFamily, error) { return promtext.Parse(r) }
 
-// Value returns the sum over the series of family name whose labels include
-// want: counter and gauge values, a histogram's or summary's sample count.
-// It is an error when no series matches, so that a metric that was never
-// registered does not read as zero.
+// Value is promtext.Value: the sum over the series of family name whose
+// labels include want, an error when none matches.
 func Value(mfs map[string]*dto.MetricFamily, name string, want map[string]string) (float64, error) {
-	mf, ok := mfs[name]
-	if !ok {
-		return 0, fmt.Errorf("metric %s not exposed", name)
-	}
-	sum, found := 0.0, false
-	for _, m := range mf.GetMetric() {
-		if !LabelsMatch(m.GetLabel(), want) {
-			continue
-		}
-		found = true
-		switch {
-		case m.Counter != nil:
-			sum += m.GetCounter().GetValue()
-		case m.Gauge != nil:
-			sum += m.GetGauge().GetValue()
-		case m.Untyped != nil:
-			sum += m.GetUntyped().GetValue()
-		case m.Histogram != nil:
-			sum += float64(m.GetHistogram().GetSampleCount())
-		case m.Summary != nil:
-			sum += float64(m.GetSummary().GetSampleCount())
-		}
-	}
-	if !found {
-		return 0, fmt.Errorf("metric %s has no series with labels %v", name, want)
-	}
-	return sum, nil
+	return promtext.Value(mfs, name, want)
 }
 
 // GatherValue is Value on what g gathers now.
@@ -127,12 +95,7 @@ func GatherValue(g prometheus.Gatherer, name string, want map[string]string) (fl
 
 // LabelsMatch reports whether lps has every name=value pair of want.
 func LabelsMatch(lps []*dto.LabelPair, want map[string]string) bool {
-	for k, v := range want {
-		if !slices.ContainsFunc(lps, func(lp *dto.LabelPair) bool { return lp.GetName() == k && lp.GetValue() == v }) {
-			return false
-		}
-	}
-	return true
+	return promtext.LabelsMatch(lps, want)
 }
 
 // InCI reports whether the tests run in CI (CI=true or 1, as .ci/run sets

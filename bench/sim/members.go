@@ -1,0 +1,205 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+
+	"github.com/shoal-dev/shoal/cluster"
+	"github.com/shoal-dev/shoal/ring"
+)
+
+// Members is what a cluster of N in-process members costs and how fast it
+// agrees. The members are real cluster.Node values (memberlist with
+// shoal's settings and metadata) talking over an in-memory network
+// (memNet): no sockets, so a thousand members fit in one process and the
+// figures are gossip's own, not the kernel's. The network counts every
+// byte memberlist hands it.
+type Members struct {
+	N int
+	// Join: from the last member joining until every member lists all N
+	// as participants (every ring complete and equal).
+	Join time.Duration
+	// Update: from one member changing its metadata (turning terminating,
+	// as on SIGTERM; a fence announcement travels the same way) until every
+	// other member sees the change.
+	Update time.Duration
+	// Leave: from a graceful leave until no member lists the leaver.
+	Leave time.Duration
+	// Crash: from a member stopping without a word until no member lists it.
+	Crash time.Duration
+	// BytesPerMember is the gossip sent plus received per member per
+	// second, measured over Idle once the cluster was settled.
+	BytesPerMember float64
+	Idle           time.Duration
+	// RingBuild is the time and memory to build the ring of N members.
+	RingBuild      time.Duration
+	RingBuildBytes uint64
+	Err            string
+}
+
+// SimulateMembers runs n members and measures Members. Every wait is
+// bounded by timeout.
+func SimulateMembers(ctx context.Context, n int, idle, timeout time.Duration) (m Members) {
+	m.N, m.Idle = n, idle
+	m.RingBuild, m.RingBuildBytes = ringBuild(n)
+	fail := func(err error) Members { m.Err = err.Error(); return m }
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var mn memNet
+	trs := make([]*memTransport, n)
+	for i := range n {
+		trs[i] = mn.newTransport()
+	}
+	logger := slog.New(slog.DiscardHandler)
+	nodes := make([]*cluster.Node, n)
+	defer func() {
+		var wg sync.WaitGroup
+		for _, nd := range nodes {
+			if nd != nil {
+				wg.Go(func() { _ = nd.Shutdown() })
+			}
+		}
+		wg.Wait()
+	}()
+	addr := func(i int) string { return trs[i].addr.String() }
+	start := func(i int) error {
+		cfg := cluster.DefaultConfig()
+		cfg.NodeName = fmt.Sprintf("shoal-%d", i)
+		cfg.ListenAddr, cfg.AdvertiseAddr = addr(i), addr(i)
+		if i > 0 {
+			cfg.Join = []string{addr(0), addr(i / 2)}
+		}
+		cfg.Memberlist = func(c *memberlist.Config) { c.Transport = trs[i] }
+		nd, err := cluster.New(cfg, logger, nil)
+		if err != nil {
+			return err
+		}
+		nodes[i] = nd
+		if err := nd.Start(ctx); err != nil {
+			return err
+		}
+		return nd.SetState(cluster.Participant)
+	}
+	for i := range n {
+		if err := start(i); err != nil {
+			return fail(err)
+		}
+	}
+	t0 := time.Now()
+	if _, err := pollUntil(timeout, "join", func() bool {
+		return seen(nodes, func(ps []cluster.Peer) bool { return countState(ps, cluster.Participant) == n })
+	}); err != nil {
+		return fail(err)
+	}
+	m.Join = time.Since(t0)
+
+	b0, i0 := mn.bytes.Load(), time.Now()
+	select {
+	case <-ctx.Done():
+		return fail(ctx.Err())
+	case <-time.After(idle): // the measurement window
+	}
+	m.BytesPerMember = 2 * float64(mn.bytes.Load()-b0) / time.Since(i0).Seconds() / float64(n)
+
+	leaver := nodes[n-1]
+	others := nodes[:n-1]
+	name0 := leaver.Self().Name
+	t0 = time.Now()
+	_ = leaver.SetState(cluster.Terminating)
+	if _, err := pollUntil(timeout, "update", func() bool {
+		return seen(others, func(ps []cluster.Peer) bool { return stateOf(ps, name0) == cluster.Terminating })
+	}); err != nil {
+		return fail(err)
+	}
+	m.Update = time.Since(t0)
+	t0 = time.Now()
+	_ = leaver.Leave(5 * time.Second)
+	_ = leaver.Shutdown()
+	nodes[n-1] = nil
+	if _, err := pollUntil(timeout, "leave", func() bool {
+		return seen(others, func(ps []cluster.Peer) bool { return !has(ps, name0) })
+	}); err != nil {
+		return fail(err)
+	}
+	m.Leave = time.Since(t0)
+
+	crashed := others[len(others)-1]
+	name := crashed.Self().Name
+	survivors := others[:len(others)-1]
+	t0 = time.Now()
+	_ = crashed.Shutdown()
+	nodes[n-2] = nil
+	if _, err := pollUntil(timeout, "crash", func() bool {
+		return seen(survivors, func(ps []cluster.Peer) bool { return !has(ps, name) })
+	}); err != nil {
+		return fail(err)
+	}
+	m.Crash = time.Since(t0)
+	return m
+}
+
+// stateOf is the state name has in ps, Viewer when it is not listed.
+func stateOf(ps []cluster.Peer, name string) cluster.State {
+	for _, p := range ps {
+		if p.Name == name {
+			return p.State
+		}
+	}
+	return cluster.Viewer
+}
+
+// ringBuild times building the ring of n members with the default tokens
+// and the memory it allocates (median of 5 builds).
+func ringBuild(n int) (time.Duration, uint64) {
+	names := NodeNames(n)
+	var ds []time.Duration
+	var alloc uint64
+	for range 5 {
+		var a, b runtime.MemStats
+		runtime.ReadMemStats(&a)
+		t0 := time.Now()
+		r := ring.New(names, 0)
+		ds = append(ds, time.Since(t0))
+		runtime.ReadMemStats(&b)
+		alloc = b.TotalAlloc - a.TotalAlloc
+		runtime.KeepAlive(r)
+	}
+	for i := range ds {
+		for j := i + 1; j < len(ds); j++ {
+			if ds[j] < ds[i] {
+				ds[i], ds[j] = ds[j], ds[i]
+			}
+		}
+	}
+	return ds[len(ds)/2], alloc
+}
+
+// WeightsStateBytes is the size of the placement weights state a full
+// state exchange carries with --cluster.placement=bounded when the
+// cluster's targets are spread over nodes: per target a key (8 bytes) and
+// a float32 weight, per node its name and three varints (cluster/weights.go).
+func WeightsStateBytes(targets, nodes int) int {
+	return 1 + targets*12 + nodes*(len("shoal-000")+1+10+5+5)
+}
+
+// MembersReport renders SimulateMembers results as Markdown.
+func MembersReport(ms []Members) string {
+	var b strings.Builder
+	b.WriteString("| members | ring agreed after joins | one update seen by all | graceful leave seen by all | crash seen by all | gossip per member (in+out) | ring build | ring memory |\n|---|---|---|---|---|---|---|---|\n")
+	for _, m := range ms {
+		if m.Err != "" {
+			fmt.Fprintf(&b, "| %d | error: %s | | | | | %v | %.1f MiB |\n", m.N, m.Err, m.RingBuild.Round(time.Microsecond), float64(m.RingBuildBytes)/(1<<20))
+			continue
+		}
+		fmt.Fprintf(&b, "| %d | %v | %v | %v | %v | %.1f KB/s | %v | %.1f MiB |\n", m.N, round(m.Join), round(m.Update), round(m.Leave), round(m.Crash),
+			m.BytesPerMember/1000, m.RingBuild.Round(time.Microsecond), float64(m.RingBuildBytes)/(1<<20))
+	}
+	return b.String()
+}

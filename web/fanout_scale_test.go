@@ -1,0 +1,160 @@
+package web
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/promslog"
+	"github.com/prometheus/prometheus/model/labels"
+
+	"github.com/shoal-dev/shoal/cluster"
+	shoalscrape "github.com/shoal-dev/shoal/scrape"
+)
+
+// countingPeers serves /api/v1/status/node for n fake peers on one server,
+// counting the requests and the most that were in flight at once. Each
+// answer waits for hold, so that concurrent requests overlap.
+type countingPeers struct {
+	srv               *httptest.Server
+	requests          atomic.Int64
+	inFlight, maxSeen atomic.Int64
+	hold              time.Duration
+}
+
+func newCountingPeers(t *testing.T, hold time.Duration) *countingPeers {
+	c := &countingPeers{hold: hold}
+	c.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c.requests.Add(1)
+		n := c.inFlight.Add(1)
+		defer c.inFlight.Add(-1)
+		for {
+			m := c.maxSeen.Load()
+			if n <= m || c.maxSeen.CompareAndSwap(m, n) {
+				break
+			}
+		}
+		time.Sleep(c.hold)
+		switch r.URL.Path {
+		case "/api/v1/status/node":
+			writeJSON(w, http.StatusOK, apiResponse{Status: "success", Data: NodeStatus{Ready: true}})
+		default:
+			writeJSON(w, http.StatusOK, apiResponse{Status: "success", Data: targetDiscovery{}})
+		}
+	}))
+	t.Cleanup(c.srv.Close)
+	return c
+}
+
+// TestFanOutBoundsRequestsInFlight asks 60 peers with a concurrency of 4:
+// never more than 4 requests reach peers at once, and every peer is asked.
+func TestFanOutBoundsRequestsInFlight(t *testing.T) {
+	c := newCountingPeers(t, 20*time.Millisecond)
+	h := New(Options{Cluster: &members{self: "self", peers: distinctPeers(c, 60)}, NodeName: "self", PeerConcurrency: 4}, promslog.NewNopLogger())
+	d := h.peers(t.Context())
+	if len(d.PeerErrors) != 0 {
+		t.Fatalf("peer errors: %v", d.PeerErrors)
+	}
+	if got := c.requests.Load(); got != 60 {
+		t.Errorf("%d requests, want one per peer (60)", got)
+	}
+	if m := c.maxSeen.Load(); m > 4 {
+		t.Errorf("%d requests in flight at once, want at most 4", m)
+	}
+}
+
+// distinctPeers lists n peers, by name, that all answer at c's server, and
+// this node ("self").
+func distinctPeers(c *countingPeers, n int) []cluster.Peer {
+	u, _ := url.Parse(c.srv.URL)
+	out := []cluster.Peer{{Name: "self", HTTPAddr: "self.invalid:1", State: cluster.Participant}}
+	for i := range n {
+		out = append(out, cluster.Peer{Name: fmt.Sprintf("p%03d", i), HTTPAddr: u.Host, State: cluster.Participant})
+	}
+	return out
+}
+
+// TestViewsShareRecentPeerAnswers: ten views at once, then another within
+// the TTL, cost each peer one request; after the TTL the next view asks
+// again.
+func TestViewsShareRecentPeerAnswers(t *testing.T) {
+	c := newCountingPeers(t, 50*time.Millisecond)
+	h := New(Options{Cluster: &members{self: "self", peers: distinctPeers(c, 5)}, NodeName: "self", PeerAnswerTTL: time.Hour}, promslog.NewNopLogger())
+	var wg sync.WaitGroup
+	for range 10 {
+		wg.Go(func() {
+			if d := h.peers(t.Context()); len(d.PeerErrors) != 0 {
+				t.Errorf("peer errors: %v", d.PeerErrors)
+			}
+		})
+	}
+	wg.Wait()
+	h.peers(t.Context())
+	if got := c.requests.Load(); got != 5 {
+		t.Errorf("%d requests for 11 views of 5 peers within the TTL, want 5", got)
+	}
+
+	h.opts.PeerAnswerTTL = time.Nanosecond
+	time.Sleep(time.Millisecond) // older than the new TTL
+	h.peers(t.Context())
+	if got := c.requests.Load(); got != 10 {
+		t.Errorf("%d requests after the TTL passed, want 10", got)
+	}
+}
+
+// TestClusterTargetsLimitKeepsCountsWhole: with limit, the answer lists the
+// first targets, problems first, and still counts every target.
+func TestClusterTargetsLimitKeepsCountsWhole(t *testing.T) {
+	var all discovered
+	for i := range 30 {
+		owner := "self"
+		if i%10 == 0 {
+			owner = "gone" // nobody scrapes it: an orphan
+		}
+		all = append(all, shoalscrape.TargetInfo{Job: "app", ScrapeURL: fmt.Sprintf("http://t%d:80/metrics", i), Owners: []string{owner},
+			Labels: labels.FromStrings("job", "app", "instance", fmt.Sprintf("t%d:80", i))})
+	}
+	var active scraping = scraping{"app": nil}
+	for i := range 30 {
+		if i%10 != 0 {
+			active["app"] = append(active["app"], target("app", fmt.Sprintf("t%d:80", i)))
+		}
+	}
+	h := New(Options{Scrape: active, Ownership: all, NodeName: "self"}, promslog.NewNopLogger())
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	var resp struct {
+		Data ClusterTargets `json:"data"`
+	}
+	getJSON(t, srv.URL+"/api/v1/cluster/targets?limit=5", &resp)
+	d := resp.Data
+	if len(d.Targets) != 5 || d.Matched != 30 || d.Total != 30 {
+		t.Fatalf("%d targets listed, %d matched, %d total; want 5, 30, 30", len(d.Targets), d.Matched, d.Total)
+	}
+	for i, ct := range d.Targets[:3] {
+		if ct.Status != StatusOrphan {
+			t.Errorf("target %d is %s, want the orphans first", i, ct.Status)
+		}
+	}
+	if d.Counts[StatusOrphan] != 3 || d.Counts[StatusOK] != 27 {
+		t.Errorf("counts %v, want 3 orphans and 27 ok", d.Counts)
+	}
+	resp.Data = ClusterTargets{}
+	getJSON(t, srv.URL+"/api/v1/cluster/targets?status=problem&limit=0", &resp)
+	if len(resp.Data.Targets) != 3 || resp.Data.Matched != 3 {
+		t.Errorf("problems: %d listed, %d matched; want 3, 3", len(resp.Data.Targets), resp.Data.Matched)
+	}
+	r, err := http.Get(srv.URL + "/api/v1/cluster/targets?limit=-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Body.Close()
+	if r.StatusCode != http.StatusBadRequest {
+		t.Errorf("limit=-1 answered %s, want 400", r.Status)
+	}
+}
