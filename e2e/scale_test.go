@@ -50,45 +50,45 @@ func TestTenReplicasHoldEveryHandOffGuarantee(t *testing.T) {
 	})
 	if err != nil {
 		dumpScaleLogs(t, dir)
-		t.Fatal(err)
+		fatal(t, err)
 	}
 	graceful := []scale.Phase{res.Rolling, res.ScaleOut, res.ScaleIn}
 	for _, p := range append([]scale.Phase{res.Cold, res.Crash}, graceful...) {
 		if p.Err != "" {
-			t.Errorf("%s: %s", p.Name, p.Err)
+			errorf(t, "%s: %s", p.Name, p.Err)
 		}
 		if p.Gaps.Silent != 0 {
-			t.Errorf("%s: %d targets delivered nothing", p.Name, p.Gaps.Silent)
+			errorf(t, "%s: %d targets delivered nothing", p.Name, p.Gaps.Silent)
 		}
 	}
 	for _, p := range graceful {
 		if p.Refusals.Total() != 0 || p.Failed != 0 {
-			t.Errorf("%s: receiver refused %+v, replicas failed %v samples", p.Name, p.Refusals, p.Failed)
+			errorf(t, "%s: receiver refused %+v, replicas failed %v samples", p.Name, p.Refusals, p.Failed)
 		}
 		if p.Gaps.Longest > scaleMaxGap {
-			t.Errorf("%s: %s went %v without a sample, want at most %v (3 intervals and the hand-off delay)", p.Name, p.Gaps.Target, p.Gaps.Longest, scaleMaxGap)
+			errorf(t, "%s: %s went %v without a sample, want at most %v (3 intervals and the hand-off delay)", p.Name, p.Gaps.Target, p.Gaps.Longest, scaleMaxGap)
 		}
 	}
 	t.Logf("%s: receiver refused %+v, replicas failed %v samples (the killed replicas' WAL, not asserted), coverage back after %v",
 		res.Crash.Name, res.Crash.Refusals, res.Crash.Failed, res.Crash.Recovery)
 	if res.Cold.Doubles != 0 {
-		t.Errorf("cold start: %d targets scraped by two replicas", res.Cold.Doubles)
+		errorf(t, "cold start: %d targets scraped by two replicas", res.Cold.Doubles)
 	}
 	if res.Crash.Recovery <= 0 {
-		t.Errorf("crash: coverage never came back")
+		errorf(t, "crash: coverage never came back")
 	}
 	if res.Idle.Replicas != scaleReplicas || res.Idle.RSSMean <= 0 || res.Idle.GoroutinesMean <= 0 {
-		t.Errorf("idle cost not measured: %+v", res.Idle)
+		errorf(t, "idle cost not measured: %+v", res.Idle)
 	}
 	for _, v := range res.Views {
 		if v.Err != "" || v.Bytes == 0 {
-			t.Errorf("view %s: %d bytes, %s", v.Name, v.Bytes, v.Err)
+			errorf(t, "view %s: %d bytes, %s", v.Name, v.Bytes, v.Err)
 		}
 	}
 	md := scale.Report(res, nil, "go test")
 	for _, want := range []string{"rolling restart", "| 10 replicas"} {
 		if !strings.Contains(md, want) {
-			t.Errorf("report lacks %q:\n%s", want, md)
+			errorf(t, "report lacks %q:\n%s", want, md)
 		}
 	}
 	if t.Failed() {
