@@ -157,21 +157,22 @@ func TestMemberlistQueueDropsLoneSentUpdate(t *testing.T) {
 	t.Fatalf("memberlist's queue kept the update (sent %d more times, delivered %v): the upstream bug is fixed; revisit announce", sent, delivered)
 }
 
-// TestAnnounceWaitFollowsTheGossipSettings: a state is sent once more
-// after four times the rounds memberlist needs to send it, so a lost update
-// reaches the peers within seconds rather than at the next state exchange.
+// TestAnnounceWaitFollowsTheGossipSettings: an update's delivery is waited
+// for four times the rounds memberlist needs to send it, so a lost update
+// is sent again within seconds and a slow one is not sent again and again.
 func TestAnnounceWaitFollowsTheGossipSettings(t *testing.T) {
 	n := &Node{gossipRound: 200 * time.Millisecond, gossipFanout: 3, gossipMult: 6}
 	for _, c := range []struct {
-		members int
-		want    time.Duration
+		members, backoff int
+		want             time.Duration
 	}{
-		{members: 1, want: 1600 * time.Millisecond},    // 6 sends, 2 rounds
-		{members: 50, want: 3200 * time.Millisecond},   // 12 sends, 4 rounds
-		{members: 1000, want: 6400 * time.Millisecond}, // 24 sends, 8 rounds
+		{members: 1, backoff: 1, want: 1600 * time.Millisecond},  // 6 sends, 2 rounds
+		{members: 50, backoff: 1, want: 3200 * time.Millisecond}, // 12 sends, 4 rounds
+		{members: 50, backoff: 8, want: 25600 * time.Millisecond},
+		{members: 1000, backoff: 1, want: 6400 * time.Millisecond}, // 24 sends, 8 rounds
 	} {
-		if got := n.announceWait(c.members); got != c.want {
-			t.Errorf("announceWait(%d members) = %v, want %v", c.members, got, c.want)
+		if got := n.announceWait(c.members, c.backoff); got != c.want {
+			t.Errorf("announceWait(%d members, backoff %d) = %v, want %v", c.members, c.backoff, got, c.want)
 		}
 	}
 }

@@ -60,7 +60,7 @@ func newMetrics(reg prometheus.Registerer, clusterName string, lamport, health, 
 		}, []string{"event"}),
 		broadcasts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cluster_node_gossip_broadcasts_total",
-			Help: "Membership changes this node broadcast about itself, by event (join, leave, update; resend: the state sent once more after it was quiet, in case gossip lost it).",
+			Help: "Membership changes this node broadcast about itself, by event (join, leave, update; resend: an update sent again because gossip had not reported its delivery in time).",
 		}, []string{"event"}),
 		ready: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "cluster_ready_for_traffic",

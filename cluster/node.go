@@ -22,9 +22,13 @@ import (
 	"github.com/shoal-dev/shoal/discoveryerr"
 )
 
-// A state is sent once more after announceRounds times the gossip rounds
-// memberlist needs to send it (see announceWait).
-const announceRounds = 4
+// An update's delivery is waited for announceRounds times the gossip
+// rounds memberlist needs to send it (see announceWait), doubling up to
+// announceMaxBackoff times that after each wait that ran out.
+const (
+	announceRounds     = 4
+	announceMaxBackoff = 8
+)
 
 // Replacements for memberlist's LAN defaults (4 and 30s); see
 // memberlistConfig.
@@ -97,9 +101,6 @@ type Node struct {
 	// weightsSend signals sendWeightsLoop that ownWeights changed.
 	weightsSend chan struct{}
 
-	// announceKick wakes the announcer when the metadata changes while it
-	// waits to send a state once more.
-	announceKick chan struct{}
 	// memberlist's gossip interval, fan-out and retransmit multiplier, set
 	// by Start (announceWait).
 	gossipRound  time.Duration
@@ -143,7 +144,6 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Node, err
 		readyCh:     make(chan struct{}),
 		stopCh:      make(chan struct{}),
 	}
-	n.announceKick = make(chan struct{}, 1)
 	n.disc = &discoverer{
 		specs:      specs,
 		resolver:   cfg.Resolver,
@@ -516,35 +516,27 @@ func (n *Node) SetScrapeConfig(ids ConfigIDs) {
 }
 
 // broadcastState has memberlist advertise the current metadata; it does not
-// wait. One announcer goroutine owns this node's UpdateNode calls.
+// wait. One announcer goroutine owns this node's UpdateNode calls, one at a
+// time: two concurrent calls may take their incarnations in the other order
+// than their metadata, and memberlist then keeps the older metadata under
+// the higher incarnation and never reports the newer one delivered.
 //
 // memberlist v0.7.0's broadcast queue can silently drop a queued message:
 // it restarts its ids whenever it is empty for an instant, and a later
 // message with the same id, size and transmit count replaces an older one
 // (upstream hashicorp/memberlist#263). An own update dropped that way
 // reaches no peer until the next full state exchange (10s, 20s above 32
-// members). On a loaded machine, during a cold start of 10 replicas, that
-// happened to several nodes' fence announcements and held every gained
-// target back until the state exchange. So the announcer queues each
-// state at once and, once the state has been quiet for announceWait,
-// queues it once more.
-//
-// The calls are made one at a time and return once queued (UpdateNode's
-// own wait for the delivery is cut short): two concurrent calls may take
-// their incarnations in the other order than their metadata, and
-// memberlist then keeps the older metadata under the higher incarnation.
-// Waiting for each delivery before the next state instead held a newer
-// fence behind an older update, which widened hand-off gaps (a 10-replica
-// rolling restart's longest gap went from 5.5s to 16s).
+// members), and memberlist never reports its delivery. On a loaded
+// machine, during a cold start of 10 replicas, that happened to several
+// nodes' fence announcements and held every gained target back until the
+// state exchange. So the announcer waits for each update's delivery for a
+// bound derived from the gossip settings and sends it again when that runs
+// out.
 func (n *Node) broadcastState(ml *memberlist.Memberlist) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.announcing {
 		n.reannounce = true
-		select {
-		case n.announceKick <- struct{}{}:
-		default:
-		}
 		return
 	}
 	if n.stopped || n.left {
@@ -559,59 +551,57 @@ func (n *Node) broadcastState(ml *memberlist.Memberlist) {
 	}()
 }
 
-// announceWait is how long the announcer waits after a state before it
-// sends it once more: announceRounds times the gossip rounds memberlist
-// needs to send it as often as it does (RetransmitMult × ⌈log10(N+1)⌉
-// sends, GossipNodes per round). At the defaults and 50 members: 12
-// sends, 4 rounds of 200ms, 3.2s.
-func (n *Node) announceWait(members int) time.Duration {
+// announceWait is how long an update's delivery is waited for before it
+// is sent again: announceRounds times the gossip rounds memberlist needs
+// to send it as often as it does (RetransmitMult × ⌈log10(N+1)⌉ sends,
+// GossipNodes per round), times backoff. At the defaults and 50 members:
+// 12 sends, 4 rounds of 200ms, a first wait of 3.2s.
+func (n *Node) announceWait(members, backoff int) time.Duration {
 	sends := n.gossipMult * int(math.Ceil(math.Log10(float64(members+1))))
 	rounds := (max(sends, 1) + n.gossipFanout - 1) / n.gossipFanout
-	return time.Duration(announceRounds*rounds) * n.gossipRound
+	return time.Duration(announceRounds*rounds*backoff) * n.gossipRound
 }
 
-// announce queues the current metadata at once, again whenever it
-// changes, and once more after announceWait without a change; then it
-// ends.
+// announce runs UpdateNode until memberlist has delivered the current
+// metadata: what changed while an update was being sent goes next, and an
+// update whose delivery is not reported within announceWait is sent again.
 func (n *Node) announce(ml *memberlist.Memberlist) {
-	event := "update"
+	backoff, event := 1, "update"
 	for {
 		n.mu.Lock()
 		n.reannounce = false
 		n.mu.Unlock()
-		select {
-		case <-n.announceKick: // about to be sent
-		default:
-		}
 		n.metrics.broadcasts.WithLabelValues(event).Inc()
-		// Queued when it returns: the delivery wait runs out at once.
-		_ = ml.UpdateNode(time.Nanosecond)
+		wait := n.announceWait(ml.NumMembers(), backoff)
+		sent := make(chan error, 1)
+		// UpdateNode queues the update, then waits for its delivery (at
+		// once when no peer is alive). The wait has no cancellation but its
+		// own bound, so Shutdown does not wait for it.
+		go func() { sent <- ml.UpdateNode(wait) }()
+		var err error
+		select {
+		case err = <-sent:
+		case <-n.stopCh:
+		}
+		if err != nil {
+			// Not delivered in time: lost, or behind fresher messages in
+			// the queue. Sent again, waiting longer.
+			backoff, event = min(2*backoff, announceMaxBackoff), "resend"
+		} else {
+			backoff, event = 1, "update"
+		}
 		n.mu.Lock()
 		// memberlist drops a local update whose incarnation a concurrent
 		// refutation has just overtaken (the refutation re-sends the old
-		// metadata): then what it advertises is stale, and it goes again.
-		again := n.reannounce || !bytes.Equal(n.advertised, n.metaLocked())
-		finished := n.stopped || n.left || (!again && event == "resend")
-		if finished {
+		// metadata): then what it advertises is stale and the loop sends
+		// the update again.
+		stale := !bytes.Equal(n.advertised, n.metaLocked())
+		done := n.stopped || n.left || (!n.reannounce && !stale && err == nil)
+		if done {
 			n.announcing = false
 		}
 		n.mu.Unlock()
-		switch {
-		case finished:
-			return
-		case again:
-			event = "update"
-			continue
-		}
-		select {
-		case <-n.announceKick:
-			event = "update"
-		case <-time.After(n.announceWait(ml.NumMembers())):
-			event = "resend"
-		case <-n.stopCh:
-			n.mu.Lock()
-			n.announcing = false
-			n.mu.Unlock()
+		if done {
 			return
 		}
 	}
