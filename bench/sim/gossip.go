@@ -84,15 +84,8 @@ func GossipConvergence(ctx context.Context, n int, timeout time.Duration) (Gossi
 	defer cancel()
 	logger := slog.New(slog.DiscardHandler)
 	nodes := make([]*cluster.Node, n)
-	defer func() {
-		var wg sync.WaitGroup
-		for _, nd := range nodes {
-			if nd != nil {
-				wg.Go(func() { _ = nd.Shutdown() })
-			}
-		}
-		wg.Wait()
-	}()
+	// The slice's elements are set below; the deferred call reads them then.
+	defer shutdownAll(nodes)
 	newNode := func(i int, join []string) (*cluster.Node, error) {
 		cfg := cluster.DefaultConfig()
 		cfg.NodeName = fmt.Sprintf("shoal-%d", i)
@@ -225,4 +218,16 @@ func round(d time.Duration) string {
 		return d.Round(time.Millisecond).String()
 	}
 	return d.Round(10 * time.Millisecond).String()
+}
+
+// shutdownAll shuts the started nodes down in parallel (nil: not started,
+// or already stopped).
+func shutdownAll(nodes []*cluster.Node) {
+	var wg sync.WaitGroup
+	for _, nd := range nodes {
+		if nd != nil {
+			wg.Go(func() { _ = nd.Shutdown() })
+		}
+	}
+	wg.Wait()
 }

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"runtime"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -59,15 +58,8 @@ func SimulateMembers(ctx context.Context, n int, idle, timeout time.Duration) (m
 	}
 	logger := slog.New(slog.DiscardHandler)
 	nodes := make([]*cluster.Node, n)
-	defer func() {
-		var wg sync.WaitGroup
-		for _, nd := range nodes {
-			if nd != nil {
-				wg.Go(func() { _ = nd.Shutdown() })
-			}
-		}
-		wg.Wait()
-	}()
+	// The slice's elements are set below; the deferred call reads them then.
+	defer shutdownAll(nodes)
 	addr := func(i int) string { return trs[i].addr.String() }
 	start := func(i int) error {
 		cfg := cluster.DefaultConfig()
