@@ -213,3 +213,32 @@ func waitCtx(t *testing.T, d time.Duration) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+func encodeMeta(state State, httpAddr string, start time.Time, lamport uint64) []byte {
+	return encodeMetaWith(state, httpAddr, start, lamport, Watermarks{})
+}
+
+func encodeMetaWith(state State, httpAddr string, start time.Time, lamport uint64, wm Watermarks) []byte {
+	return encodeMetaKube(state, httpAddr, "", start, lamport, wm)
+}
+
+func encodeMetaKube(state State, httpAddr, kubeNode string, start time.Time, lamport uint64, wm Watermarks) []byte {
+	return encodeMetaFull(state, httpAddr, kubeNode, start, lamport, wm, ConfigIDs{}, nil)
+}
+
+func encodeMetaFull(state State, httpAddr, kubeNode string, start time.Time, lamport uint64, wm Watermarks, cfg ConfigIDs, carried []Carry) []byte {
+	return nodeMeta{
+		Carried:         carriedMeta(carried),
+		State:           state.String(),
+		HTTPAddr:        httpAddr,
+		KubeNode:        kubeNode,
+		StartTime:       start.UnixMilli(),
+		Lamport:         lamport,
+		FencedSeq:       wm.FencedSeq,
+		FencedRing:      wm.FencedRing,
+		AckedSeq:        wm.AckedSeq,
+		FencedPlacement: wm.FencedPlacement,
+		ConfigCur:       cfg.Cur,
+		ConfigPrev:      cfg.Prev,
+	}.marshal()
+}

@@ -23,6 +23,7 @@ type metrics struct {
 	weightsPublished  prometheus.Gauge
 	weightsStateBytes prometheus.Gauge
 	weightsSends      *prometheus.CounterVec
+	metaPushes        *prometheus.CounterVec
 	badWeights        prometheus.Counter
 	// The cluster remembered between runs (snapshot.go).
 	remembered   prometheus.Gauge
@@ -36,6 +37,10 @@ type metrics struct {
 // eventNodeConflict counts, in cluster_node_gossip_received_events_total,
 // peers that claimed a name another node already uses.
 const eventNodeConflict = "node_conflict"
+
+// eventPush counts, in cluster_node_gossip_received_events_total, metadata
+// a peer pushed straight to this node (metapush.go).
+const eventPush = "push"
 
 // newMetrics creates the node's metrics; lamport, health and alive-peers are
 // read at scrape time through the given functions. Every cluster_* series
@@ -56,7 +61,7 @@ func newMetrics(reg prometheus.Registerer, clusterName string, lamport, health, 
 		}, []string{"state"}),
 		receivedEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cluster_node_gossip_received_events_total",
-			Help: "Membership events received through gossip about other nodes, by event (join, leave, update).",
+			Help: "Membership events received through gossip about other nodes, by event (join, leave, update, node_conflict; push: metadata a peer sent straight to this node).",
 		}, []string{"event"}),
 		broadcasts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cluster_node_gossip_broadcasts_total",
@@ -98,6 +103,10 @@ func newMetrics(reg prometheus.Registerer, clusterName string, lamport, health, 
 			Name: "shoal_cluster_weights_sends_total",
 			Help: "Weight sets this node sent to a peer when its published weights changed, by result (success, failure; a failure is repaired by the next push/pull).",
 		}, []string{"result"}),
+		metaPushes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "shoal_cluster_metadata_pushes_total",
+			Help: "Metadata updates this node sent straight to a peer besides gossiping them, by result (success, failure; the gossip of the same update repairs a failure).",
+		}, []string{"result"}),
 		badWeights: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "shoal_cluster_bad_peer_weights_total",
 			Help: "Per-target weight messages from peers that could not be decoded and were ignored.",
@@ -115,6 +124,9 @@ func newMetrics(reg prometheus.Registerer, clusterName string, lamport, health, 
 	m.snapshotErrs.WithLabelValues("write")
 	m.weightsSends.WithLabelValues("success")
 	m.weightsSends.WithLabelValues("failure")
+	m.metaPushes.WithLabelValues("success")
+	m.metaPushes.WithLabelValues("failure")
+	m.receivedEvents.WithLabelValues(eventPush)
 	for _, r := range refusalReasons {
 		m.refused.WithLabelValues(r)
 	}
@@ -134,7 +146,7 @@ func newMetrics(reg prometheus.Registerer, clusterName string, lamport, health, 
 	}
 	plain, err := promreg.Register(reg,
 		m.refused, m.badMeta, m.discoveryErrs, m.joins,
-		m.weightsPublished, m.weightsStateBytes, m.weightsSends, m.badWeights,
+		m.weightsPublished, m.weightsStateBytes, m.weightsSends, m.metaPushes, m.badWeights,
 		m.remembered, m.snapshotErrs,
 	)
 	if err != nil {

@@ -56,6 +56,9 @@ type Peer struct {
 	// ScrapeConfig is the scrape configuration the peer runs and the one it
 	// still places by (zero from older versions).
 	ScrapeConfig ConfigIDs
+
+	metaSeq uint64 // nodeMeta.Seq of what this node holds (metapush.go)
+	pushes  bool   // the peer reads metadata pushes
 }
 
 // Node is this process's membership in the cluster.
@@ -100,6 +103,10 @@ type Node struct {
 	wg         sync.WaitGroup
 	// weightsSend signals sendWeightsLoop that ownWeights changed.
 	weightsSend chan struct{}
+	// metaSeq counts this node's metadata changes (nodeMeta.Seq), under
+	// mu; metaSend signals sendMetaLoop (metapush.go).
+	metaSeq  uint64
+	metaSend chan struct{}
 
 	// memberlist's gossip interval, fan-out and retransmit multiplier, set
 	// by Start (announceWait).
@@ -140,6 +147,7 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Node, err
 		gone:        map[string]time.Time{},
 		subs:        map[int]chan struct{}{},
 		weightsSend: make(chan struct{}, 1),
+		metaSend:    make(chan struct{}, 1),
 		snapKick:    make(chan struct{}, 1),
 		readyCh:     make(chan struct{}),
 		stopCh:      make(chan struct{}),
@@ -258,6 +266,11 @@ func (n *Node) Start(ctx context.Context) error {
 	go func() {
 		defer n.wg.Done()
 		n.sendWeightsLoop(loopCtx)
+	}()
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		n.sendMetaLoop(loopCtx)
 	}()
 	n.wg.Add(1)
 	go func() {
@@ -444,6 +457,7 @@ func (n *Node) SetState(s State) error {
 	old := n.state
 	n.state = s
 	n.metaClock = n.lamport.Add(1)
+	n.metaSeq++
 	ml, left := n.ml, n.left || n.stopped
 	n.mu.Unlock()
 
@@ -465,6 +479,7 @@ func (n *Node) SetWatermarks(w Watermarks) {
 		return
 	}
 	n.watermarks = w
+	n.metaSeq++
 	ml, left := n.ml, n.left || n.stopped
 	n.mu.Unlock()
 	n.afterChange()
@@ -484,8 +499,10 @@ func (n *Node) SetCarried(cs []Carry) error {
 	}
 	old := n.carried
 	n.carried = slices.Clone(cs)
+	n.metaSeq++
 	if size := len(n.metaLocked()); size > memberlist.MetaMaxSize {
 		n.carried = old
+		n.metaSeq--
 		n.mu.Unlock()
 		return fmt.Errorf("cluster: %d carried backlogs do not fit in the node metadata (%d bytes, at most %d)", len(cs), size, memberlist.MetaMaxSize)
 	}
@@ -507,6 +524,7 @@ func (n *Node) SetScrapeConfig(ids ConfigIDs) {
 		return
 	}
 	n.configIDs = ids
+	n.metaSeq++
 	ml, left := n.ml, n.left || n.stopped
 	n.mu.Unlock()
 	n.afterChange()
@@ -533,6 +551,7 @@ func (n *Node) SetScrapeConfig(ids ConfigIDs) {
 // bound derived from the gossip settings and sends it again when that runs
 // out.
 func (n *Node) broadcastState(ml *memberlist.Memberlist) {
+	n.kickMetaPush()
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.announcing {
@@ -841,24 +860,35 @@ func (n *Node) observe(mn *memberlist.Node, event string) {
 		return
 	}
 	n.metrics.receivedEvents.WithLabelValues(event).Inc()
-	p := Peer{
-		Name: mn.Name,
-		Addr: net.JoinHostPort(mn.Addr.String(), strconv.Itoa(int(mn.Port))),
-	}
+	addr := net.JoinHostPort(mn.Addr.String(), strconv.Itoa(int(mn.Port)))
 	m, st, err := decodeMeta(mn.Meta)
 	if err != nil {
 		n.metrics.badMeta.Inc()
-		n.logger.Warn("peer sent metadata this node cannot read; treating it as a viewer", "peer", mn.Name, "addr", p.Addr, "err", err)
-	} else {
-		p.State, p.HTTPAddr, p.KubeNode = st, m.HTTPAddr, m.KubeNode
+		n.logger.Warn("peer sent metadata this node cannot read; treating it as a viewer", "peer", mn.Name, "addr", addr, "err", err)
+		m, st = nodeMeta{}, Viewer
+	}
+	n.apply(mn.Name, addr, m, st, event)
+}
+
+// apply records a peer's metadata, from gossip or a push. Metadata older
+// than what this node holds of the same life of the peer (nodeMeta.Seq)
+// leaves the peer's state as it is: the two paths may deliver out of order.
+func (n *Node) apply(name, addr string, m nodeMeta, st State, event string) {
+	p := Peer{Name: name, Addr: addr, State: st, HTTPAddr: m.HTTPAddr, KubeNode: m.KubeNode}
+	if m.Version == metaVersion {
 		p.StartTime = time.UnixMilli(m.StartTime)
 		p.Handoff = m.watermarks()
 		p.Carried = m.carried()
 		p.ScrapeConfig = m.configIDs()
+		p.metaSeq, p.pushes = m.Seq, m.Features&featureMetaPush != 0
 		n.mergeLamport(m.Lamport)
 	}
 	n.mu.Lock()
 	old, had := n.peers[p.Name]
+	if had && old.StartTime.Equal(p.StartTime) && p.metaSeq < old.metaSeq {
+		old.Addr = p.Addr // memberlist's news of where the peer is stays current
+		p = old
+	}
 	n.peers[p.Name] = p
 	delete(n.gone, p.Name)
 	n.pruneWeightsLocked(time.Now())
@@ -915,7 +945,19 @@ func (n *Node) mergeLamport(seen uint64) {
 }
 
 func (n *Node) metaLocked() []byte {
-	return encodeMetaFull(n.state, n.cfg.HTTPAddr, n.cfg.KubeNode, n.startTime, n.metaClock, n.watermarks, n.configIDs, n.carried)
+	return nodeMeta{
+		State:     n.state.String(),
+		HTTPAddr:  n.cfg.HTTPAddr,
+		KubeNode:  n.cfg.KubeNode,
+		StartTime: n.startTime.UnixMilli(),
+		Lamport:   n.metaClock,
+		Seq:       n.metaSeq,
+		Features:  featureMetaPush,
+		Carried:   carriedMeta(n.carried),
+		ConfigCur: n.configIDs.Cur, ConfigPrev: n.configIDs.Prev,
+		FencedSeq: n.watermarks.FencedSeq, FencedRing: n.watermarks.FencedRing,
+		AckedSeq: n.watermarks.AckedSeq, FencedPlacement: n.watermarks.FencedPlacement,
+	}.marshal()
 }
 
 // delegate gives memberlist this node's metadata.
@@ -935,8 +977,14 @@ func (d *delegate) NodeMeta(limit int) []byte {
 	return b
 }
 
-// NotifyMsg receives a peer's weight set (the only user message).
-func (d *delegate) NotifyMsg(b []byte) { (*Node)(d).receiveWeights(b) }
+// NotifyMsg receives a peer's metadata push or weight set.
+func (d *delegate) NotifyMsg(b []byte) {
+	if len(b) > 0 && b[0] == msgMeta {
+		(*Node)(d).receiveMetaPush(b)
+		return
+	}
+	(*Node)(d).receiveWeights(b)
+}
 
 func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
 

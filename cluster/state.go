@@ -123,6 +123,12 @@ type nodeMeta struct {
 	// Scrape configuration ids (ConfigIDs); absent in older versions.
 	ConfigCur  uint64 `json:"cc,omitempty"`
 	ConfigPrev uint64 `json:"cp,omitempty"`
+	// Seq counts the node's metadata changes within one life, so that a
+	// peer keeps the newest of what gossip and pushes bring (metapush.go);
+	// Features says what the node reads (featureMetaPush). Absent in older
+	// versions.
+	Seq      uint64 `json:"q,omitempty"`
+	Features uint64 `json:"f,omitempty"`
 }
 
 // Carry says that a node holds, not yet delivered, the unsent samples that
@@ -174,34 +180,10 @@ func (m nodeMeta) configIDs() ConfigIDs {
 	return ConfigIDs{Cur: m.ConfigCur, Prev: m.ConfigPrev}
 }
 
-func encodeMeta(state State, httpAddr string, start time.Time, lamport uint64) []byte {
-	return encodeMetaWith(state, httpAddr, start, lamport, Watermarks{})
-}
-
-func encodeMetaWith(state State, httpAddr string, start time.Time, lamport uint64, wm Watermarks) []byte {
-	return encodeMetaKube(state, httpAddr, "", start, lamport, wm)
-}
-
-func encodeMetaKube(state State, httpAddr, kubeNode string, start time.Time, lamport uint64, wm Watermarks) []byte {
-	return encodeMetaFull(state, httpAddr, kubeNode, start, lamport, wm, ConfigIDs{}, nil)
-}
-
-func encodeMetaFull(state State, httpAddr, kubeNode string, start time.Time, lamport uint64, wm Watermarks, cfg ConfigIDs, carried []Carry) []byte {
-	b, _ := json.Marshal(nodeMeta{
-		Carried:         carriedMeta(carried),
-		Version:         metaVersion,
-		State:           state.String(),
-		HTTPAddr:        httpAddr,
-		KubeNode:        kubeNode,
-		StartTime:       start.UnixMilli(),
-		Lamport:         lamport,
-		FencedSeq:       wm.FencedSeq,
-		FencedRing:      wm.FencedRing,
-		AckedSeq:        wm.AckedSeq,
-		FencedPlacement: wm.FencedPlacement,
-		ConfigCur:       cfg.Cur,
-		ConfigPrev:      cfg.Prev,
-	})
+// marshal encodes the metadata in the current version.
+func (m nodeMeta) marshal() []byte {
+	m.Version = metaVersion
+	b, _ := json.Marshal(m)
 	return b
 }
 

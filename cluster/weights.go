@@ -9,8 +9,6 @@ import (
 	"math"
 	"slices"
 	"time"
-
-	"github.com/hashicorp/memberlist"
 )
 
 // Per-target weights for load-aware placement travel as memberlist delegate
@@ -283,27 +281,20 @@ func (n *Node) sendWeightsLoop(ctx context.Context) {
 		}
 		n.mu.Lock()
 		own, ml := n.ownWeights, n.ml
+		to := n.peerAddrsLocked(func(Peer) bool { return true })
 		n.mu.Unlock()
 		if own.Version == sent || ml == nil {
 			continue
 		}
-		// Members takes memberlist's node lock, which memberlist holds
-		// while it calls into this node (which takes n.mu): never under n.mu.
-		var targets []*memberlist.Node
-		for _, m := range ml.Members() {
-			if m.Name != n.cfg.NodeName {
-				targets = append(targets, m)
-			}
-		}
 		msg := appendWeights([]byte{msgWeights}, n.cfg.NodeName, own)
-		for _, m := range targets {
+		for _, a := range to {
 			if ctx.Err() != nil {
 				return
 			}
 			// A failure is repaired by the next push/pull.
-			if err := ml.SendReliable(m, msg); err != nil {
+			if err := ml.SendReliable(memberlistNode(a), msg); err != nil {
 				n.metrics.weightsSends.WithLabelValues("failure").Inc()
-				n.logger.Debug("sending per-target weights failed", "peer", m.Name, "err", err)
+				n.logger.Debug("sending per-target weights failed", "peer", a.Name, "err", err)
 				continue
 			}
 			n.metrics.weightsSends.WithLabelValues("success").Inc()

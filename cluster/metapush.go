@@ -1,0 +1,156 @@
+package cluster
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// Direct metadata pushes. memberlist spreads a node's metadata as an alive
+// message through its gossip queue: a few rounds per hop, one update at a
+// time per node (see broadcastState), and an update the queue drops waits
+// for the next full state exchange. A new owner holds a gained target until
+// every peer has announced its fence, so each of those delays is a gap at
+// the receiver. So every metadata change is also sent at once, as a user
+// packet, to every peer that says it reads such packets (featureMetaPush).
+// The gossip stays the path that repairs a lost packet and reaches peers
+// that joined later.
+//
+// Two paths can deliver one node's metadata out of order, so the metadata
+// carries a sequence number (nodeMeta.Seq), counted up on every change
+// within one life of the node: a peer keeps what it holds when the other
+// path brings an older number of the same life.
+
+const (
+	// msgMeta is the kind byte of a metadata push: the sender's name
+	// (uvarint length and bytes), then its metadata.
+	msgMeta = 'm'
+	// featureMetaPush in nodeMeta.Features says the node reads metadata
+	// pushes. Nodes of older versions would count them as bad weights.
+	featureMetaPush = 1 << 0
+)
+
+var errShortPush = errors.New("truncated metadata push")
+
+func encodeMetaPush(name string, meta []byte) []byte {
+	b := make([]byte, 0, 1+binary.MaxVarintLen64+len(name)+len(meta))
+	b = append(b, msgMeta)
+	b = binary.AppendUvarint(b, uint64(len(name)))
+	b = append(b, name...)
+	return append(b, meta...)
+}
+
+func decodeMetaPush(b []byte) (name string, meta []byte, err error) {
+	if len(b) == 0 || b[0] != msgMeta {
+		return "", nil, errors.New("not a metadata push")
+	}
+	b = b[1:]
+	l, n := binary.Uvarint(b)
+	if n <= 0 {
+		return "", nil, errShortPush
+	}
+	b = b[n:]
+	if l == 0 || l > uint64(len(b)) {
+		return "", nil, errShortPush
+	}
+	return string(b[:l]), b[l:], nil
+}
+
+// kickMetaPush signals sendMetaLoop; it never blocks (pushes coalesce).
+func (n *Node) kickMetaPush() {
+	select {
+	case n.metaSend <- struct{}{}:
+	default:
+	}
+}
+
+// sendMetaLoop pushes this node's metadata to every peer that reads pushes
+// whenever it changes (coalesced), until ctx ends.
+func (n *Node) sendMetaLoop(ctx context.Context) {
+	var sent uint64
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-n.metaSend:
+		}
+		n.mu.Lock()
+		ml, seq, meta := n.ml, n.metaSeq, n.metaLocked()
+		stop := n.left || n.stopped
+		to := n.peerAddrsLocked(func(p Peer) bool { return p.pushes })
+		n.mu.Unlock()
+		if ml == nil || stop || seq == sent {
+			continue
+		}
+		msg := encodeMetaPush(n.cfg.NodeName, meta)
+		for _, a := range to {
+			if ctx.Err() != nil {
+				return
+			}
+			// A lost packet is repaired by the gossip of the same update.
+			if err := ml.SendToAddress(a, msg); err != nil {
+				n.metrics.metaPushes.WithLabelValues("failure").Inc()
+				n.logger.Debug("pushing metadata failed", "peer", a.Name, "err", err)
+				continue
+			}
+			n.metrics.metaPushes.WithLabelValues("success").Inc()
+		}
+		sent = seq
+	}
+}
+
+// receiveMetaPush applies a peer's pushed metadata to the peer as this node
+// already knows it; a push never adds a member (membership is memberlist's)
+// nor brings news of another life of one.
+func (n *Node) receiveMetaPush(b []byte) {
+	name, meta, err := decodeMetaPush(b)
+	if err != nil {
+		n.metrics.badMeta.Inc()
+		n.logger.Warn("peer pushed metadata this node cannot read; ignoring it", "err", err)
+		return
+	}
+	n.mu.Lock()
+	p, alive := n.peers[name]
+	n.mu.Unlock()
+	if !alive || name == n.cfg.NodeName {
+		return
+	}
+	m, st, err := decodeMeta(meta)
+	if err != nil {
+		n.metrics.badMeta.Inc()
+		n.logger.Warn("peer pushed metadata this node cannot read; ignoring it", "peer", name, "err", err)
+		return
+	}
+	if m.StartTime != p.StartTime.UnixMilli() {
+		return
+	}
+	n.metrics.receivedEvents.WithLabelValues(eventPush).Inc()
+	n.apply(p.Name, p.Addr, m, st, eventPush)
+}
+
+// peerAddrsLocked lists the gossip addresses of the peers that want says
+// to send to, by name. They come from this node's own record: memberlist's
+// Members hands out nodes that its packet handler goes on updating.
+func (n *Node) peerAddrsLocked(want func(Peer) bool) []memberlist.Address {
+	var out []memberlist.Address
+	for _, p := range n.peers {
+		if want(p) {
+			out = append(out, memberlist.Address{Addr: p.Addr, Name: p.Name})
+		}
+	}
+	slices.SortFunc(out, func(a, b memberlist.Address) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// memberlistNode is the node memberlist's SendReliable wants for a.
+func memberlistNode(a memberlist.Address) *memberlist.Node {
+	host, port, _ := net.SplitHostPort(a.Addr)
+	p, _ := strconv.Atoi(port)
+	return &memberlist.Node{Name: a.Name, Addr: net.ParseIP(host), Port: uint16(p)}
+}
