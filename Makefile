@@ -184,8 +184,9 @@ bench:
 
 # 50 shoal processes on 127.0.0.x, 5,000 targets, a real receiver: cold
 # start, rolling restart, scale 50 -> 60 -> 50, SIGKILL of 5, idle cost and
-# the cluster views; writes docs/SCALE.md. Not part of make test (nor yet
-# its 10-replica run: SHOAL_E2E_SCALE=1 make test-e2e). About 30 minutes.
+# the cluster views; writes docs/SCALE.md. Not part of make test (its
+# 10-replica run is: e2e TestTenReplicasHoldEveryHandOffGuarantee). About
+# 30 minutes.
 scale:
 	$(GO) run ./bench/cmd/scale
 

@@ -224,15 +224,11 @@ func movedBetween(a, b ownership) int {
 // the old configuration (each replica scrapes its targets under the new
 // one): no target moves. Then every key moves in one hand-off generation.
 // No refusal, no failed sample, no target without a sample for more than
-// two intervals and the hand-off delay (a moved key scrapes at another
-// phase; see TestRolloutRestartCarriesChange), never two scrapers of one
-// target.
+// three intervals (a moved key scrapes at another phase; see
+// TestRolloutRestartCarriesChange), never two scrapers of one target.
 func TestRolloutReloadReachesReplicasApart(t *testing.T) {
 	needBinary(t)
 	h := newRolloutRun(t)
-	// 2.47-2.93s in four runs on 2 cores, close to the 3.2s of a move
-	// under one key.
-	h.gapBound = handoffDelay + 2*scrapeInterval + 200*time.Millisecond
 	before, err := snapshotOwnership(h.nodes, h.targets)
 	if err != nil {
 		fatal(t, err)
@@ -299,11 +295,10 @@ func TestRolloutRestartCarriesChange(t *testing.T) {
 	// The change moves every key, and Prometheus derives a target's scrape
 	// phase from its URL: a target the cluster moves to its new key is
 	// scraped at another phase, up to an interval later. Its gap is up to
-	// an interval before the old owner's fence, the wait for that fence
-	// (at most the hand-off delay) and an interval of phase, as when a
-	// reload moves keys (reload_handoff_test.go); typically 2.0-2.2s, once
-	// 3.1s and in one CI run more than the 3.2s of a move under one key.
-	h.gapBound = handoffDelay + 2*scrapeInterval + 200*time.Millisecond
+	// an interval before the old owner's fence, the fence's push to the new
+	// owner (milliseconds; cluster/metapush.go) and an interval of phase:
+	// two intervals, within the three of handoffGapBound. Before fences
+	// were pushed their gossip could take the hand-off delay (2s) more.
 	for _, a := range h.nodes {
 		addParams(t, a)
 		h.stop(a)
