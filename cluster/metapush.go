@@ -71,38 +71,28 @@ func (n *Node) kickMetaPush() {
 }
 
 // sendMetaLoop pushes this node's metadata to every peer that reads pushes
-// whenever it changes (coalesced), until ctx ends.
+// whenever it changes, until ctx ends. A lost packet is repaired by the
+// gossip of the same update.
 func (n *Node) sendMetaLoop(ctx context.Context) {
-	var sent uint64
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-n.metaSend:
-		}
-		n.mu.Lock()
-		ml, seq, meta := n.ml, n.metaSeq, n.metaLocked()
-		stop := n.left || n.stopped
-		to := n.peerAddrsLocked(func(p Peer) bool { return p.pushes })
-		n.mu.Unlock()
-		if ml == nil || stop || seq == sent {
-			continue
-		}
-		msg := encodeMetaPush(n.cfg.NodeName, meta)
-		for _, a := range to {
-			if ctx.Err() != nil {
-				return
-			}
-			// A lost packet is repaired by the gossip of the same update.
-			if err := ml.SendToAddress(a, msg); err != nil {
-				n.metrics.metaPushes.WithLabelValues("failure").Inc()
-				n.logger.Debug("pushing metadata failed", "peer", a.Name, "err", err)
-				continue
-			}
-			n.metrics.metaPushes.WithLabelValues("success").Inc()
-		}
-		sent = seq
+	n.sendOnChange(ctx, n.metaSend, "pushing metadata", n.metrics.metaPushes, n.pendingMetaLocked,
+		func(ml *memberlist.Memberlist, a memberlist.Address, msg []byte) error {
+			return ml.SendToAddress(a, msg)
+		})
+}
+
+// pendingMetaLocked is the metadata push to send: none once the node
+// leaves or stops.
+func (n *Node) pendingMetaLocked() (outgoing, bool) {
+	if n.left || n.stopped {
+		return outgoing{}, false
 	}
+	meta := n.metaLocked()
+	return outgoing{
+		ml:      n.ml,
+		version: n.metaSeq,
+		msg:     func() []byte { return encodeMetaPush(n.cfg.NodeName, meta) },
+		to:      n.peerAddrsLocked(func(p Peer) bool { return p.pushes }),
+	}, true
 }
 
 // receiveMetaPush applies a peer's pushed metadata to the peer as this node
@@ -115,10 +105,7 @@ func (n *Node) receiveMetaPush(b []byte) {
 		n.logger.Warn("peer pushed metadata this node cannot read; ignoring it", "err", err)
 		return
 	}
-	n.mu.Lock()
-	p, alive := n.peers[name]
-	n.mu.Unlock()
-	if !alive || name == n.cfg.NodeName {
+	if name == n.cfg.NodeName {
 		return
 	}
 	m, st, err := decodeMeta(meta)
@@ -127,11 +114,7 @@ func (n *Node) receiveMetaPush(b []byte) {
 		n.logger.Warn("peer pushed metadata this node cannot read; ignoring it", "peer", name, "err", err)
 		return
 	}
-	if m.StartTime != p.StartTime.UnixMilli() {
-		return
-	}
-	n.metrics.receivedEvents.WithLabelValues(eventPush).Inc()
-	n.apply(p.Name, p.Addr, m, st, eventPush)
+	n.apply(name, "", m, st, eventPush)
 }
 
 // peerAddrsLocked lists the gossip addresses of the peers that want says

@@ -3,8 +3,10 @@ package cluster
 import (
 	"fmt"
 	"net"
+	"reflect"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/hashicorp/memberlist"
 	"github.com/prometheus/client_golang/prometheus"
@@ -132,4 +134,124 @@ func peerNamed(n *Node, name string) Peer {
 		}
 	}
 	return Peer{}
+}
+
+// TestSameMetadataTwiceWakesSubscribersOnce: an update that arrives by push
+// and again by gossip wakes the node's subscribers (placement, which then
+// reads every peer) once, not twice; a real change wakes them again.
+func TestSameMetadataTwiceWakesSubscribersOnce(t *testing.T) {
+	n, err := New(DefaultConfig(), testLogger(t, "n"), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.UnixMilli(1_700_000_000_000)
+	meta := func(seq, fenced uint64) []byte {
+		return nodeMeta{State: Participant.String(), StartTime: start.UnixMilli(), Seq: seq,
+			Features: featureMetaPush, FencedSeq: fenced}.marshal()
+	}
+	heard := func(b []byte) {
+		n.observe(&memberlist.Node{Name: "peer", Addr: net.ParseIP("127.0.0.2"), Port: 7946, Meta: b}, "update")
+	}
+	heard(meta(1, 0))
+	changes, stop := n.Subscribe()
+	defer stop()
+	woken := func() bool {
+		select {
+		case <-changes:
+			return true
+		default:
+			return false
+		}
+	}
+	n.receiveMetaPush(encodeMetaPush("peer", meta(2, 1)))
+	if !woken() {
+		t.Fatal("a pushed fence did not wake the subscriber")
+	}
+	heard(meta(2, 1))
+	if woken() {
+		t.Error("the same metadata again by gossip woke the subscriber")
+	}
+	heard(meta(1, 0))
+	if woken() {
+		t.Error("older metadata by gossip woke the subscriber")
+	}
+	heard(meta(3, 2))
+	if !woken() {
+		t.Error("newer metadata by gossip did not wake the subscriber")
+	}
+}
+
+// TestPeerSameComparesEveryField: same must tell two peers apart by any
+// field, or a change of a field added later would be dropped as a repeat.
+func TestPeerSameComparesEveryField(t *testing.T) {
+	typ := reflect.TypeFor[Peer]()
+	for i := range typ.NumField() {
+		var a, b Peer
+		f := reflect.ValueOf(&b).Elem().Field(i)
+		// Unexported fields too: this test is in the package.
+		f = reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem()
+		if !setNonZero(f) {
+			t.Fatalf("field %s: no way to change a %s; extend setNonZero", typ.Field(i).Name, f.Type())
+		}
+		if a.same(b) {
+			t.Errorf("peers differing in %s are the same to Peer.same", typ.Field(i).Name)
+		}
+	}
+}
+
+// setNonZero gives v a value other than its zero value.
+func setNonZero(v reflect.Value) bool {
+	switch {
+	case v.Type() == reflect.TypeFor[time.Time]():
+		v.Set(reflect.ValueOf(time.Unix(5, 0)))
+	case v.Kind() == reflect.String:
+		v.SetString("x")
+	case v.Kind() == reflect.Bool:
+		v.SetBool(true)
+	case v.CanInt():
+		v.SetInt(7)
+	case v.CanUint():
+		v.SetUint(7)
+	case v.Kind() == reflect.Slice:
+		v.Set(reflect.MakeSlice(v.Type(), 1, 1))
+	case v.Kind() == reflect.Struct && v.NumField() > 0:
+		return setNonZero(v.Field(0))
+	default:
+		return false
+	}
+	return true
+}
+
+// TestMetadataIsPushedOnlyToPeersThatReadPushes: a peer of an older
+// version, whose metadata lacks featureMetaPush, is sent no push (it would
+// count each one as a bad weight set); the push carries this node's name
+// and current metadata.
+func TestMetadataIsPushedOnlyToPeersThatReadPushes(t *testing.T) {
+	n, err := New(DefaultConfig(), testLogger(t, "n"), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.UnixMilli(1_700_000_000_000)
+	for i, features := range []uint64{featureMetaPush, 0} {
+		name := []string{"reader", "older"}[i]
+		meta := nodeMeta{State: Participant.String(), StartTime: start.UnixMilli(), Seq: 1, Features: features}.marshal()
+		n.observe(&memberlist.Node{Name: name, Addr: net.ParseIP("127.0.0.2"), Port: uint16(7946 + i), Meta: meta}, "join")
+	}
+	n.mu.Lock()
+	out, ok := n.pendingMetaLocked()
+	n.mu.Unlock()
+	if !ok {
+		t.Fatal("nothing pending to push")
+	}
+	want := []memberlist.Address{{Addr: "127.0.0.2:7946", Name: "reader"}}
+	if fmt.Sprint(out.to) != fmt.Sprint(want) {
+		t.Errorf("pushes go to %v, want %v", out.to, want)
+	}
+	name, meta, err := decodeMetaPush(out.msg())
+	if err != nil || name != n.Self().Name {
+		t.Fatalf("push names %q (err %v), want %q", name, err, n.Self().Name)
+	}
+	if _, st, err := decodeMeta(meta); err != nil || st != n.Self().State {
+		t.Errorf("pushed state %s (err %v), want %s", st, err, n.Self().State)
+	}
 }

@@ -61,6 +61,16 @@ type Peer struct {
 	pushes  bool   // the peer reads metadata pushes
 }
 
+// same reports whether p and o say the same of a peer, field by field
+// (TestPeerSameComparesEveryField keeps it complete).
+func (p Peer) same(o Peer) bool {
+	return p.Name == o.Name && p.Addr == o.Addr && p.HTTPAddr == o.HTTPAddr &&
+		p.KubeNode == o.KubeNode && p.State == o.State && p.Self == o.Self &&
+		p.StartTime.Equal(o.StartTime) && p.Handoff == o.Handoff &&
+		slices.Equal(p.Carried, o.Carried) && p.ScrapeConfig == o.ScrapeConfig &&
+		p.metaSeq == o.metaSeq && p.pushes == o.pushes
+}
+
 // Node is this process's membership in the cluster.
 type Node struct {
 	cfg        Config
@@ -707,11 +717,18 @@ func (n *Node) afterChange() {
 	n.snapshotChanged()
 }
 
+// updatePeerMetrics counts under the lock rather than through Peers: it
+// runs on every membership event and every metadata update, and copying
+// and sorting every peer each time made a cluster of N members do N² work
+// per round of updates.
 func (n *Node) updatePeerMetrics() {
 	counts := map[State]int{}
-	for _, p := range n.Peers() {
+	n.mu.Lock()
+	counts[n.state]++
+	for _, p := range n.peers {
 		counts[p.State]++
 	}
+	n.mu.Unlock()
 	for _, s := range States {
 		n.metrics.peers.WithLabelValues(s.String()).Set(float64(counts[s]))
 	}
@@ -870,9 +887,13 @@ func (n *Node) observe(mn *memberlist.Node, event string) {
 	n.apply(mn.Name, addr, m, st, event)
 }
 
-// apply records a peer's metadata, from gossip or a push. Metadata older
-// than what this node holds of the same life of the peer (nodeMeta.Seq)
-// leaves the peer's state as it is: the two paths may deliver out of order.
+// apply records a peer's metadata, from gossip or a push (event
+// eventPush, addr empty). Metadata older than what this node holds of the
+// same life of the peer (nodeMeta.Seq) leaves the peer's state as it is:
+// the two paths may deliver out of order. A push never changes membership:
+// one from a peer this node does not hold, or from another life of it, is
+// dropped (checked under the lock, so a push racing the peer's departure
+// cannot bring it back).
 func (n *Node) apply(name, addr string, m nodeMeta, st State, event string) {
 	p := Peer{Name: name, Addr: addr, State: st, HTTPAddr: m.HTTPAddr, KubeNode: m.KubeNode}
 	if m.Version == metaVersion {
@@ -885,6 +906,14 @@ func (n *Node) apply(name, addr string, m nodeMeta, st State, event string) {
 	}
 	n.mu.Lock()
 	old, had := n.peers[p.Name]
+	if event == eventPush {
+		if !had || !old.StartTime.Equal(p.StartTime) || p.StartTime.IsZero() {
+			n.mu.Unlock()
+			return
+		}
+		p.Addr = old.Addr
+		n.metrics.receivedEvents.WithLabelValues(eventPush).Inc()
+	}
 	if had && old.StartTime.Equal(p.StartTime) && p.metaSeq < old.metaSeq {
 		old.Addr = p.Addr // memberlist's news of where the peer is stays current
 		p = old
@@ -893,6 +922,12 @@ func (n *Node) apply(name, addr string, m nodeMeta, st State, event string) {
 	delete(n.gone, p.Name)
 	n.pruneWeightsLocked(time.Now())
 	n.mu.Unlock()
+	if had && old.same(p) {
+		// Most metadata arrives twice, by push and by gossip: the second
+		// copy changes nothing, and waking every subscriber for it would
+		// double the work of every update.
+		return
+	}
 	if !had || old.State != p.State {
 		n.logger.Debug("peer state", "peer", p.Name, "addr", p.Addr, "state", p.State, "event", event)
 	}

@@ -9,6 +9,8 @@ import (
 	"math"
 	"slices"
 	"time"
+
+	"github.com/hashicorp/memberlist"
 )
 
 // Per-target weights for load-aware placement travel as memberlist delegate
@@ -269,36 +271,22 @@ func (n *Node) localWeightsState() []byte {
 	return b
 }
 
-// sendWeightsLoop sends this node's set to every peer whenever it changes
-// (coalesced), until ctx ends.
+// sendWeightsLoop sends this node's set to every peer whenever it changes,
+// until ctx ends. A failure is repaired by the next push/pull.
 func (n *Node) sendWeightsLoop(ctx context.Context) {
-	var sent uint64
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-n.weightsSend:
-		}
-		n.mu.Lock()
-		own, ml := n.ownWeights, n.ml
-		to := n.peerAddrsLocked(func(Peer) bool { return true })
-		n.mu.Unlock()
-		if own.Version == sent || ml == nil {
-			continue
-		}
-		msg := appendWeights([]byte{msgWeights}, n.cfg.NodeName, own)
-		for _, a := range to {
-			if ctx.Err() != nil {
-				return
-			}
-			// A failure is repaired by the next push/pull.
-			if err := ml.SendReliable(memberlistNode(a), msg); err != nil {
-				n.metrics.weightsSends.WithLabelValues("failure").Inc()
-				n.logger.Debug("sending per-target weights failed", "peer", a.Name, "err", err)
-				continue
-			}
-			n.metrics.weightsSends.WithLabelValues("success").Inc()
-		}
-		sent = own.Version
-	}
+	n.sendOnChange(ctx, n.weightsSend, "sending per-target weights", n.metrics.weightsSends, n.pendingWeightsLocked,
+		func(ml *memberlist.Memberlist, a memberlist.Address, msg []byte) error {
+			return ml.SendReliable(memberlistNode(a), msg)
+		})
+}
+
+// pendingWeightsLocked is this node's weight set, for every peer.
+func (n *Node) pendingWeightsLocked() (outgoing, bool) {
+	own := n.ownWeights
+	return outgoing{
+		ml:      n.ml,
+		version: own.Version,
+		msg:     func() []byte { return appendWeights([]byte{msgWeights}, n.cfg.NodeName, own) },
+		to:      n.peerAddrsLocked(func(Peer) bool { return true }),
+	}, true
 }
