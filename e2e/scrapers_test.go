@@ -19,13 +19,14 @@ import (
 
 // scraperOf names the process holding the client end of the TCP connection
 // from client to server (both "127.0.0.1:port"): the --cluster.node-name of
-// a shoal process, else "pid N"; "" when it cannot be told (no /proc, the
-// connection gone). It reads the socket's inode from /proc/net/tcp and
-// looks for it among the fds of processes with a --cluster.node-name flag.
-func scraperOf(client, server string) string {
+// a shoal process, else "pid N", and its pid (which tells two lives of one
+// node apart); "" when it cannot be told (no /proc, the connection gone).
+// It reads the socket's inode from /proc/net/tcp and looks for it among the
+// fds of processes with a --cluster.node-name flag.
+func scraperOf(client, server string) (who, pid string) {
 	inode := socketInode(client, server)
 	if inode == "" {
-		return ""
+		return "", ""
 	}
 	want := "socket:[" + inode + "]"
 	pids, _ := filepath.Glob("/proc/[0-9]*")
@@ -37,16 +38,17 @@ func scraperOf(client, server string) string {
 		fds, _ := os.ReadDir(filepath.Join(dir, "fd"))
 		for _, fd := range fds {
 			if l, err := os.Readlink(filepath.Join(dir, "fd", fd.Name())); err == nil && l == want {
+				pid := filepath.Base(dir)
 				for _, arg := range strings.Split(string(cmdline), "\x00") {
 					if name, ok := strings.CutPrefix(arg, "--cluster.node-name="); ok {
-						return name
+						return name, pid
 					}
 				}
-				return "pid " + filepath.Base(dir)
+				return "pid " + pid, pid
 			}
 		}
 	}
-	return ""
+	return "", ""
 }
 
 // socketInode finds the inode of the IPv4 socket whose local address is
@@ -96,4 +98,15 @@ func (tg *target) scrapeBy(i int) (conn, who string) {
 	}
 	conn = tg.from[i]
 	return conn, tg.conns[conn]
+}
+
+// lifeOf is the pid of the process that made scrape i of tg; "" when it
+// cannot be told.
+func (tg *target) lifeOf(i int) string {
+	tg.mu.Lock()
+	defer tg.mu.Unlock()
+	if i < 0 || i >= len(tg.from) {
+		return ""
+	}
+	return tg.pids[tg.from[i]]
 }

@@ -26,6 +26,7 @@ type target struct {
 	served []time.Time       // when each scrape was answered; len(served) is the counter
 	from   []string          // the client address of each scrape (its connection)
 	conns  map[string]string // client address -> scraping process (scraperOf)
+	pids   map[string]string // client address -> its pid
 }
 
 // startTargets starts n targets on 127.0.0.1, each serving load extra series.
@@ -38,7 +39,7 @@ func startTargets(t testing.TB, n, load int) []*target {
 		if err != nil {
 			fatal(t, err)
 		}
-		tg := &target{addr: ln.Addr().String(), load: load, conns: map[string]string{}}
+		tg := &target{addr: ln.Addr().String(), load: load, conns: map[string]string{}, pids: map[string]string{}}
 		srv := &http.Server{Handler: tg, ReadHeaderTimeout: 5 * time.Second, ConnState: tg.connState}
 		go func() { _ = srv.Serve(ln) }()
 		t.Cleanup(func() { _ = srv.Close() })
@@ -78,9 +79,9 @@ func (tg *target) connState(c net.Conn, s http.ConnState) {
 	}
 	client := c.RemoteAddr().String()
 	go func() {
-		who := scraperOf(client, tg.addr)
+		who, pid := scraperOf(client, tg.addr)
 		tg.mu.Lock()
-		tg.conns[client] = who
+		tg.conns[client], tg.pids[client] = who, pid
 		tg.mu.Unlock()
 	}()
 }
