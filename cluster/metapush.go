@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/hashicorp/memberlist"
 )
@@ -115,6 +116,46 @@ func (n *Node) receiveMetaPush(b []byte) {
 		return
 	}
 	n.apply(name, "", m, st, eventPush)
+}
+
+// earlyPush is a push from a member memberlist has not reported yet: a
+// node that has just joined pushes its first states to every member it
+// learned of in its join, and most of them hear of the join itself only by
+// gossip, later. The newest such push is kept for earlyKeep and applied
+// when memberlist reports the member, if it is of the life memberlist
+// reports and newer than what memberlist brings. Membership stays
+// memberlist's: a kept push adds no member.
+type earlyPush struct {
+	peer Peer
+	meta nodeMeta
+	at   time.Time
+}
+
+const (
+	earlyKeep = 30 * time.Second
+	earlyMax  = 1024 // pushes kept at most; past that, new ones are dropped
+)
+
+// keepEarlyPushLocked keeps p's pushed metadata until memberlist reports
+// p, unless a push of the same life with a newer sequence is kept already.
+func (n *Node) keepEarlyPushLocked(p Peer, m nodeMeta, st State) {
+	if p.StartTime.IsZero() || p.Name == n.cfg.NodeName {
+		return
+	}
+	now := time.Now()
+	for name, e := range n.early {
+		if now.Sub(e.at) > earlyKeep {
+			delete(n.early, name)
+		}
+	}
+	if e, ok := n.early[p.Name]; ok && e.peer.StartTime.Equal(p.StartTime) && e.peer.metaSeq >= p.metaSeq {
+		return
+	}
+	if _, ok := n.early[p.Name]; !ok && len(n.early) >= earlyMax {
+		return
+	}
+	p.State = st
+	n.early[p.Name] = earlyPush{peer: p, meta: m, at: now}
 }
 
 // peerAddrsLocked lists the gossip addresses of the peers that want says

@@ -93,8 +93,12 @@ func TestOlderGossipDoesNotUndoAPushedUpdate(t *testing.T) {
 		t.Errorf("push of another life: fenced %d, want 3 kept (membership news comes from memberlist)", got)
 	}
 	heard(meta(1, 0, start.Add(time.Second)))
+	if got := fenced(); got != 8 {
+		t.Errorf("gossip of the peer's next life after its push: fenced %d, want the push's 8 (newer in that life)", got)
+	}
+	heard(meta(1, 0, start.Add(2*time.Second)))
 	if got := fenced(); got != 0 {
-		t.Errorf("gossip of the peer's next life: fenced %d, want its 0", got)
+		t.Errorf("gossip of a later life: fenced %d, want its 0", got)
 	}
 	n.receiveMetaPush(encodeMetaPush("stranger", meta(1, 1, start)))
 	if len(n.Peers()) != 2 {
@@ -253,5 +257,43 @@ func TestMetadataIsPushedOnlyToPeersThatReadPushes(t *testing.T) {
 	}
 	if _, st, err := decodeMeta(meta); err != nil || st != n.Self().State {
 		t.Errorf("pushed state %s (err %v), want %s", st, err, n.Self().State)
+	}
+}
+
+// TestPushBeforeJoinIsAppliedAtJoin: a node that has just joined pushes
+// its state to members that hear of the join only later, by gossip. The
+// push adds no member, but is applied when memberlist reports the member,
+// if it is newer than what memberlist brings; a push of another life or an
+// older one is not.
+func TestPushBeforeJoinIsAppliedAtJoin(t *testing.T) {
+	n, err := New(DefaultConfig(), testLogger(t, "n"), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.UnixMilli(1_700_000_000_000)
+	meta := func(st State, seq uint64, start time.Time) []byte {
+		return nodeMeta{State: st.String(), StartTime: start.UnixMilli(), Seq: seq, Features: featureMetaPush}.marshal()
+	}
+	joined := func(name string, b []byte) {
+		n.observe(&memberlist.Node{Name: name, Addr: net.ParseIP("127.0.0.2"), Port: 7946, Meta: b}, "join")
+	}
+	n.receiveMetaPush(encodeMetaPush("new", meta(Participant, 2, start)))
+	if p := peerNamed(n, "new"); p.Name != "" {
+		t.Fatalf("a push before the join added the member: %+v", p)
+	}
+	joined("new", meta(Viewer, 1, start))
+	if p := peerNamed(n, "new"); p.State != Participant {
+		t.Errorf("after the join: %s, want the pushed participant state", p.State)
+	}
+
+	n.receiveMetaPush(encodeMetaPush("older", meta(Participant, 2, start)))
+	joined("older", meta(Viewer, 3, start))
+	if p := peerNamed(n, "older"); p.State != Viewer {
+		t.Errorf("a push older than the join's metadata: %s, want viewer", p.State)
+	}
+	n.receiveMetaPush(encodeMetaPush("other", meta(Participant, 5, start)))
+	joined("other", meta(Viewer, 1, start.Add(time.Second)))
+	if p := peerNamed(n, "other"); p.State != Viewer {
+		t.Errorf("a push of another life: %s, want viewer", p.State)
 	}
 }

@@ -103,6 +103,7 @@ type Node struct {
 	ownWeights NodeWeights            // this node's published weights (weights.go)
 	weights    map[string]NodeWeights // other members' published weights
 	gone       map[string]time.Time   // when members with a weight set left
+	early      map[string]earlyPush   // pushes from members memberlist has not reported (metapush.go)
 	discErrs   discoveryerr.Recorder  // has its own lock
 	subs       map[int]chan struct{}
 	nextSub    int
@@ -155,6 +156,7 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Node, err
 		peers:       map[string]Peer{},
 		weights:     map[string]NodeWeights{},
 		gone:        map[string]time.Time{},
+		early:       map[string]earlyPush{},
 		subs:        map[int]chan struct{}{},
 		weightsSend: make(chan struct{}, 1),
 		metaSend:    make(chan struct{}, 1),
@@ -895,24 +897,26 @@ func (n *Node) observe(mn *memberlist.Node, event string) {
 // dropped (checked under the lock, so a push racing the peer's departure
 // cannot bring it back).
 func (n *Node) apply(name, addr string, m nodeMeta, st State, event string) {
-	p := Peer{Name: name, Addr: addr, State: st, HTTPAddr: m.HTTPAddr, KubeNode: m.KubeNode}
+	p := peerFrom(name, addr, m, st)
 	if m.Version == metaVersion {
-		p.StartTime = time.UnixMilli(m.StartTime)
-		p.Handoff = m.watermarks()
-		p.Carried = m.carried()
-		p.ScrapeConfig = m.configIDs()
-		p.metaSeq, p.pushes = m.Seq, m.Features&featureMetaPush != 0
 		n.mergeLamport(m.Lamport)
 	}
 	n.mu.Lock()
 	old, had := n.peers[p.Name]
 	if event == eventPush {
 		if !had || !old.StartTime.Equal(p.StartTime) || p.StartTime.IsZero() {
+			n.keepEarlyPushLocked(p, m, st)
 			n.mu.Unlock()
 			return
 		}
 		p.Addr = old.Addr
 		n.metrics.receivedEvents.WithLabelValues(eventPush).Inc()
+	} else if e, ok := n.early[p.Name]; ok {
+		delete(n.early, p.Name)
+		if e.peer.StartTime.Equal(p.StartTime) && e.peer.metaSeq > p.metaSeq {
+			n.metrics.receivedEvents.WithLabelValues(eventPush).Inc()
+			p = peerFrom(name, addr, e.meta, e.peer.State)
+		}
 	}
 	if had && old.StartTime.Equal(p.StartTime) && p.metaSeq < old.metaSeq {
 		old.Addr = p.Addr // memberlist's news of where the peer is stays current
@@ -932,6 +936,19 @@ func (n *Node) apply(name, addr string, m nodeMeta, st State, event string) {
 		n.logger.Debug("peer state", "peer", p.Name, "addr", p.Addr, "state", p.State, "event", event)
 	}
 	n.afterChange()
+}
+
+// peerFrom is the peer that metadata m (state st) describes.
+func peerFrom(name, addr string, m nodeMeta, st State) Peer {
+	p := Peer{Name: name, Addr: addr, State: st, HTTPAddr: m.HTTPAddr, KubeNode: m.KubeNode}
+	if m.Version == metaVersion {
+		p.StartTime = time.UnixMilli(m.StartTime)
+		p.Handoff = m.watermarks()
+		p.Carried = m.carried()
+		p.ScrapeConfig = m.configIDs()
+		p.metaSeq, p.pushes = m.Seq, m.Features&featureMetaPush != 0
+	}
+	return p
 }
 
 // conflicts hears from memberlist when a peer claims a name that another
