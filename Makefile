@@ -184,9 +184,10 @@ bench:
 
 # 50 shoal processes on 127.0.0.x, 5,000 targets, a real receiver: cold
 # start, rolling restart, scale 50 -> 60 -> 50, SIGKILL of 5, idle cost and
-# the cluster views; writes docs/SCALE.md. Not part of make test (its
-# 10-replica run is: e2e TestTenReplicasHoldEveryHandOffGuarantee). About
-# 30 minutes.
+# the cluster views, after the membership simulation of 50 and 1,000
+# members in protocol time (bench/sim TestMembersAtScale); writes
+# docs/SCALE.md. Not part of make test (its 10-replica run is: e2e
+# TestTenReplicasHoldEveryHandOffGuarantee). About an hour.
 scale:
 	$(GO) run ./bench/cmd/scale
 

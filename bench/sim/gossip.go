@@ -32,17 +32,22 @@ type Gossip struct {
 	Crash time.Duration
 }
 
-// pollUntil polls cond every 5ms until it holds or timeout passes, and
-// returns the time it took.
+// pollUntil polls cond until it holds or timeout passes, and returns the
+// time it took. It waits 5ms between polls, or twice what the last poll
+// took when that is longer: asking a thousand members for their peers
+// takes a while, and the poller must not take the CPU the members need.
 func pollUntil(timeout time.Duration, what string, cond func() bool) (time.Duration, error) {
 	start := time.Now()
-	for !cond() {
+	for {
+		t0 := time.Now()
+		if cond() {
+			return time.Since(start), nil
+		}
 		if time.Since(start) > timeout {
 			return 0, fmt.Errorf("%s: not converged after %v", what, timeout)
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(max(5*time.Millisecond, 2*time.Since(t0)))
 	}
-	return time.Since(start), nil
 }
 
 func seen(nodes []*cluster.Node, pred func([]cluster.Peer) bool) bool {

@@ -20,11 +20,22 @@ import (
 // (memNet): no sockets, so a thousand members fit in one process and the
 // figures are gossip's own, not the kernel's. The network counts every
 // byte memberlist hands it.
+//
+// Run in a testing/synctest bubble (TestMembersAtScale, which make scale
+// runs), the durations are protocol time: every timer of memberlist and
+// shoal runs on the bubble's clock, which moves only when every member
+// waits, so a thousand members on two cores are measured as if each had a
+// core of its own and the network no latency. Outside a bubble they are
+// wall-clock time on this machine, and a loaded machine stretches them.
 type Members struct {
 	N int
-	// Join: from the last member joining until every member lists all N
-	// as participants (every ring complete and equal).
+	// Join: all N started at once (one after the other, without waiting),
+	// from the last one's start until every member lists all N as
+	// participants (every ring complete and equal).
 	Join time.Duration
+	// OneJoin: one more member joining the settled cluster, from its start
+	// until every member lists it as a participant.
+	OneJoin time.Duration
 	// Update: from one member changing its metadata (turning terminating,
 	// as on SIGTERM; a fence announcement travels the same way) until every
 	// other member sees the change.
@@ -34,10 +45,16 @@ type Members struct {
 	// Crash: from a member stopping without a word until no member lists it.
 	Crash time.Duration
 	// BytesPerMember is the gossip sent plus received per member per
-	// second, measured over Idle once the cluster was settled.
-	BytesPerMember float64
-	Idle           time.Duration
-	// RingBuild is the time and memory to build the ring of N members.
+	// second once it has settled (settledRate): over a window of Idle that
+	// began Settle after the join was agreed. JoinBytesPerMember is the
+	// rate over the first window, while the joins' news was still being
+	// relayed.
+	BytesPerMember     float64
+	JoinBytesPerMember float64
+	Idle               time.Duration
+	Settle             time.Duration
+	// RingBuild is the time and memory to build the ring of N members,
+	// measured on the wall clock (RingBuild).
 	RingBuild      time.Duration
 	RingBuildBytes uint64
 	Err            string
@@ -47,17 +64,17 @@ type Members struct {
 // bounded by timeout.
 func SimulateMembers(ctx context.Context, n int, idle, timeout time.Duration) (m Members) {
 	m.N, m.Idle = n, idle
-	m.RingBuild, m.RingBuildBytes = ringBuild(n)
 	fail := func(err error) Members { m.Err = err.Error(); return m }
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var mn memNet
-	trs := make([]*memTransport, n)
-	for i := range n {
+	// One transport more than n: for the member that joins the settled cluster.
+	trs := make([]*memTransport, n+1)
+	for i := range trs {
 		trs[i] = mn.newTransport()
 	}
 	logger := slog.New(slog.DiscardHandler)
-	nodes := make([]*cluster.Node, n)
+	nodes := make([]*cluster.Node, n+1)
 	// The slice's elements are set below; the deferred call reads them then.
 	defer shutdownAll(nodes)
 	addr := func(i int) string { return trs[i].addr.String() }
@@ -86,22 +103,30 @@ func SimulateMembers(ctx context.Context, n int, idle, timeout time.Duration) (m
 	}
 	t0 := time.Now()
 	if _, err := pollUntil(timeout, "join", func() bool {
-		return seen(nodes, func(ps []cluster.Peer) bool { return countState(ps, cluster.Participant) == n })
+		return seen(nodes[:n], func(ps []cluster.Peer) bool { return countState(ps, cluster.Participant) == n })
 	}); err != nil {
 		return fail(err)
 	}
 	m.Join = time.Since(t0)
 
-	b0, i0 := mn.bytes.Load(), time.Now()
-	select {
-	case <-ctx.Done():
-		return fail(ctx.Err())
-	case <-time.After(idle): // the measurement window
+	var err error
+	if m.BytesPerMember, m.JoinBytesPerMember, m.Settle, err = settledRate(ctx, &mn, n, idle, timeout); err != nil {
+		return fail(err)
 	}
-	m.BytesPerMember = 2 * float64(mn.bytes.Load()-b0) / time.Since(i0).Seconds() / float64(n)
 
-	leaver := nodes[n-1]
-	others := nodes[:n-1]
+	t0 = time.Now()
+	if err := start(n); err != nil {
+		return fail(err)
+	}
+	if _, err := pollUntil(timeout, "one join", func() bool {
+		return seen(nodes, func(ps []cluster.Peer) bool { return countState(ps, cluster.Participant) == n+1 })
+	}); err != nil {
+		return fail(err)
+	}
+	m.OneJoin = time.Since(t0)
+
+	leaver := nodes[n]
+	others := nodes[:n]
 	name0 := leaver.Self().Name
 	t0 = time.Now()
 	_ = leaver.SetState(cluster.Terminating)
@@ -114,7 +139,7 @@ func SimulateMembers(ctx context.Context, n int, idle, timeout time.Duration) (m
 	t0 = time.Now()
 	_ = leaver.Leave(5 * time.Second)
 	_ = leaver.Shutdown()
-	nodes[n-1] = nil
+	nodes[n] = nil
 	if _, err := pollUntil(timeout, "leave", func() bool {
 		return seen(others, func(ps []cluster.Peer) bool { return !has(ps, name0) })
 	}); err != nil {
@@ -127,7 +152,7 @@ func SimulateMembers(ctx context.Context, n int, idle, timeout time.Duration) (m
 	survivors := others[:len(others)-1]
 	t0 = time.Now()
 	_ = crashed.Shutdown()
-	nodes[n-2] = nil
+	nodes[n-1] = nil
 	if _, err := pollUntil(timeout, "crash", func() bool {
 		return seen(survivors, func(ps []cluster.Peer) bool { return !has(ps, name) })
 	}); err != nil {
@@ -147,9 +172,41 @@ func stateOf(ps []cluster.Peer, name string) cluster.State {
 	return cluster.Viewer
 }
 
-// ringBuild times building the ring of n members with the default tokens
-// and the memory it allocates (median of 5 builds).
-func ringBuild(n int) (time.Duration, uint64) {
+// settledRate measures the gossip per member per second (both directions)
+// over windows of w until the rate has settled: a window's rate is at most
+// half the first window's and falls by less than a tenth from the window
+// before. It returns that rate, the first window's and when the settled
+// window began. After a cold start every member relays the news of every
+// join, and of every member's first metadata, RetransmitMult ×
+// ⌈log10(N+1)⌉ times. While that lasts the rate is flat at what the gossip
+// rounds can carry (at a thousand members for minutes), so a flat rate
+// alone is not a settled one.
+func settledRate(ctx context.Context, mn *memNet, n int, w, timeout time.Duration) (settled, first float64, settle time.Duration, err error) {
+	start := time.Now()
+	prev := -1.0
+	for {
+		b0, t0 := mn.bytes.Load(), time.Now()
+		select {
+		case <-ctx.Done():
+			return 0, 0, 0, ctx.Err()
+		case <-time.After(w):
+		}
+		r := 2 * float64(mn.bytes.Load()-b0) / time.Since(t0).Seconds() / float64(n)
+		if prev < 0 {
+			first = r
+		} else if r >= 0.9*prev && r <= first/2 {
+			return r, first, t0.Sub(start), nil
+		}
+		prev = r
+		if time.Since(start) > timeout {
+			return 0, first, 0, fmt.Errorf("idle: gossip not settled %v after the join (%.1f KB/s per member, %.1f KB/s at first)", timeout, r/1000, first/1000)
+		}
+	}
+}
+
+// RingBuild times building the ring of n members with the default tokens
+// and the memory it allocates (median of 5 builds), on the wall clock.
+func RingBuild(n int) (time.Duration, uint64) {
 	names := NodeNames(n)
 	var ds []time.Duration
 	var alloc uint64
@@ -184,14 +241,14 @@ func WeightsStateBytes(targets, nodes int) int {
 // MembersReport renders SimulateMembers results as Markdown.
 func MembersReport(ms []Members) string {
 	var b strings.Builder
-	b.WriteString("| members | ring agreed after joins | one update seen by all | graceful leave seen by all | crash seen by all | gossip per member (in+out) | ring build | ring memory |\n|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| members | ring agreed, all started at once | one more joining the settled cluster | one update seen by all | graceful leave seen by all | crash seen by all | gossip per member (in+out), settled | right after the joins | settled after | ring build | ring memory |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, m := range ms {
 		if m.Err != "" {
-			fmt.Fprintf(&b, "| %d | error: %s | | | | | %v | %.1f MiB |\n", m.N, m.Err, m.RingBuild.Round(time.Microsecond), float64(m.RingBuildBytes)/(1<<20))
+			fmt.Fprintf(&b, "| %d | error: %s | | | | | | | | %v | %.1f MiB |\n", m.N, m.Err, m.RingBuild.Round(time.Microsecond), float64(m.RingBuildBytes)/(1<<20))
 			continue
 		}
-		fmt.Fprintf(&b, "| %d | %v | %v | %v | %v | %.1f KB/s | %v | %.1f MiB |\n", m.N, round(m.Join), round(m.Update), round(m.Leave), round(m.Crash),
-			m.BytesPerMember/1000, m.RingBuild.Round(time.Microsecond), float64(m.RingBuildBytes)/(1<<20))
+		fmt.Fprintf(&b, "| %d | %v | %v | %v | %v | %v | %.1f KB/s | %.1f KB/s | %v | %v | %.1f MiB |\n", m.N, round(m.Join), round(m.OneJoin), round(m.Update), round(m.Leave), round(m.Crash),
+			m.BytesPerMember/1000, m.JoinBytesPerMember/1000, round(m.Settle), m.RingBuild.Round(time.Microsecond), float64(m.RingBuildBytes)/(1<<20))
 	}
 	return b.String()
 }

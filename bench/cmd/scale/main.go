@@ -7,6 +7,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"log"
@@ -14,7 +15,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -25,21 +25,33 @@ import (
 )
 
 // simulate runs the in-process membership simulation at each size, before
-// the processes start.
-func simulate(ctx context.Context, sizes string) []sim.Members {
+// the processes start. It runs as a test (bench/sim TestMembersAtScale),
+// in a testing/synctest bubble, so that its durations are the protocol's
+// and not how long a thousand members take to share two cores.
+func simulate(ctx context.Context, sizes, dir string) []sim.Members {
 	if sizes == "" {
 		return nil
 	}
+	out := filepath.Join(dir, "members.json")
+	log.Printf("simulating %s members (go test ./bench/sim -run TestMembersAtScale)", sizes)
+	cmd := exec.CommandContext(ctx, "go", "test", "-count=1", "-timeout=3h", "-run=^TestMembersAtScale$", "./bench/sim",
+		"-args", "-sim.members="+sizes, "-sim.out="+out)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		log.Printf("membership simulation: %v", err)
+		return nil
+	}
+	b, err := os.ReadFile(out)
 	var ms []sim.Members
-	for _, f := range strings.Split(sizes, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 3 {
-			log.Fatalf("-members: %q is not a member count of 3 or more", f)
-		}
-		log.Printf("simulating %d members", n)
-		m := sim.SimulateMembers(ctx, n, 30*time.Second, 5*time.Minute)
-		log.Printf("%d members: %+v", n, m)
-		ms = append(ms, m)
+	if err == nil {
+		err = json.Unmarshal(b, &ms)
+	}
+	if err != nil {
+		log.Printf("membership simulation results: %v", err)
+		return nil
+	}
+	for _, m := range ms {
+		log.Printf("%d members: %+v", m.N, m)
 	}
 	return ms
 }
@@ -89,7 +101,7 @@ func run() int {
 	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
 		res.LoadBefore = strings.TrimSpace(string(b))
 	}
-	sims := simulate(ctx, *members)
+	sims := simulate(ctx, *members, dir)
 	var runErr error
 	if *processes {
 		if res, runErr = scale.Run(ctx, o); runErr != nil {
