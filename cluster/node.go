@@ -894,8 +894,9 @@ func (n *Node) observe(mn *memberlist.Node, event string) {
 // same life of the peer (nodeMeta.Seq) leaves the peer's state as it is:
 // the two paths may deliver out of order. A push never changes membership:
 // one from a peer this node does not hold, or from another life of it, is
-// dropped (checked under the lock, so a push racing the peer's departure
-// cannot bring it back).
+// only kept until memberlist reports that life (keepEarlyPushLocked;
+// checked under the lock, so a push racing the peer's departure cannot
+// bring it back).
 func (n *Node) apply(name, addr string, m nodeMeta, st State, event string) {
 	p := peerFrom(name, addr, m, st)
 	if m.Version == metaVersion {
