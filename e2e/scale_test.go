@@ -96,12 +96,25 @@ func TestTenReplicasHoldEveryHandOffGuarantee(t *testing.T) {
 	}
 }
 
-// dumpScaleLogs logs the end of the first replicas' logs.
+// dumpScaleLogs logs every replica's warnings and errors (a hold that
+// lasted, a hand-off that timed out) and the end of the first replicas'
+// logs.
 func dumpScaleLogs(t *testing.T, dir string) {
 	logs, _ := filepath.Glob(filepath.Join(dir, "shoal-*", "shoal.log"))
-	for _, l := range logs[:min(len(logs), 3)] {
+	for i, l := range logs {
 		b, _ := os.ReadFile(l)
 		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-		t.Logf("%s:\n%s", l, strings.Join(lines[max(0, len(lines)-15):], "\n"))
+		var warned []string
+		for _, line := range lines {
+			if strings.Contains(line, "level=WARN") || strings.Contains(line, "level=ERROR") {
+				warned = append(warned, line)
+			}
+		}
+		if len(warned) > 0 {
+			t.Logf("%s, warnings and errors:\n%s", l, strings.Join(warned[max(0, len(warned)-20):], "\n"))
+		}
+		if i < 3 {
+			t.Logf("%s, end:\n%s", l, strings.Join(lines[max(0, len(lines)-15):], "\n"))
+		}
 	}
 }

@@ -74,6 +74,10 @@ const (
 	// ackPoll is how often pending fences are checked against the queues'
 	// acknowledged position; it bounds how late "acked seq" is gossiped.
 	ackPoll = 20 * time.Millisecond
+	// holdWarnAfter is how long a hold may last before it is logged with
+	// what it waits for: holds normally last milliseconds, and one that
+	// lasts holds every sample this node writes.
+	holdWarnAfter = 30 * time.Second
 )
 
 // Cluster is the membership the Coordinator follows (*cluster.Node).
@@ -260,6 +264,8 @@ type hold struct {
 	need map[string]peerNeed
 	// backlogs is Options.Backlogs (nil: none).
 	backlogs Backlogs
+	// warned is set once the hold was logged as long (holdWarnAfter).
+	warned bool
 }
 
 type peerNeed struct {
@@ -971,7 +977,18 @@ func (c *Coordinator) step() {
 		}
 	}
 	c.holds = keep
+	var long []*hold
+	for _, h := range keep {
+		if !h.warned && now.Sub(h.start) >= holdWarnAfter {
+			h.warned = true
+			long = append(long, h)
+		}
+	}
 	c.mu.Unlock()
+	for _, h := range long {
+		c.logger.Warn("A remote-write hold has lasted long: nothing this node wrote since is sent until the peers it waits for acknowledge their last samples of moved targets, leave, or --cluster.handoff-timeout passes",
+			"held", now.Sub(h.start).Round(time.Second), "waiting_for", h.waitingFor(peers, now), "peers", holdPeers(h, peers), "timeout", c.opts.HandoffTimeout)
+	}
 	for _, h := range done {
 		h.release()
 		c.metrics.holdSeconds.Observe(now.Sub(h.start).Seconds())
@@ -1061,13 +1078,16 @@ func setsSummary(sets map[string]cluster.NodeWeights) string {
 	return strings.Join(parts, " ")
 }
 
-// holdPeers describes, for a debug log, how each peer h waited for stands:
-// gone, restarted, or its acknowledged fence.
+// holdPeers describes, for a log, how each peer h waits for stands: gone
+// (its backlog still pending with another node, or not), restarted, or its
+// acknowledged fence.
 func holdPeers(h *hold, alive map[string]cluster.Peer) string {
 	var parts []string
 	for _, name := range slices.Sorted(maps.Keys(h.need)) {
 		p, ok := alive[name]
 		switch {
+		case !ok && h.backlogs != nil && h.backlogs.Pending(name, h.need[name].start, h.need[name].seq, true):
+			parts = append(parts, name+":gone,backlog-pending")
 		case !ok:
 			parts = append(parts, name+":gone")
 		case !p.StartTime.Equal(h.need[name].start):

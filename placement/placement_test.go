@@ -2,8 +2,10 @@ package placement
 
 import (
 	"context"
+	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -13,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/shoal-dev/shoal/cluster"
+	shoaltest "github.com/shoal-dev/shoal/internal/testutil"
 	"github.com/shoal-dev/shoal/ring"
 	"github.com/shoal-dev/shoal/scrape"
 	"github.com/shoal-dev/shoal/wal"
@@ -308,6 +311,7 @@ type harness struct {
 	wal    *fakeWAL
 	remote *fakeRemote
 	reg    *prometheus.Registry
+	log    *shoaltest.LogBuffer
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -317,10 +321,10 @@ func start(t *testing.T, opts Options) *harness {
 	h := &harness{
 		cl: newFakeCluster("a"), fence: &fakeFence{},
 		wal: &fakeWAL{}, remote: &fakeRemote{}, reg: prometheus.NewRegistry(),
-		done: make(chan struct{}),
+		log: &shoaltest.LogBuffer{}, done: make(chan struct{}),
 	}
 	opts.NodeName = "a"
-	c, err := New(opts, h.cl, h.fence, h.wal, h.remote, nil, h.reg)
+	c, err := New(opts, h.cl, h.fence, h.wal, h.remote, slog.New(slog.NewTextHandler(h.log, nil)), h.reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -630,6 +634,32 @@ func TestHoldReleasedByTimeout(t *testing.T) {
 		}
 		if v := testutil.ToFloat64(h.c.metrics.holdTimeouts); v != 1 {
 			t.Fatalf("shoal_handoff_hold_timeouts_total = %v, want 1", v)
+		}
+	})
+}
+
+// A hold keeps everything the node writes from the receiver, so one that
+// lasts is logged, once, with the peers it waits for and where they stand.
+func TestLongHoldIsLoggedWithThePeersItWaitsFor(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := start(t, Options{HandoffTimeout: 5 * time.Minute})
+		r := ring.New([]string{"a", "b", "c"}, 8)
+		h.cl.setPeer(participant("b", cluster.Watermarks{FencedSeq: 5, FencedRing: RingID(r), AckedSeq: 4}))
+		h.cl.setPeer(participant("c", cluster.Watermarks{FencedSeq: 3, FencedRing: RingID(r), AckedSeq: 3}))
+		gainUnder(t, h, r)
+		time.Sleep(holdWarnAfter - time.Second)
+		synctest.Wait()
+		if strings.Contains(h.log.String(), "lasted long") {
+			t.Fatalf("a hold logged as long before %v:\n%s", holdWarnAfter, h.log)
+		}
+		time.Sleep(2 * time.Minute)
+		synctest.Wait()
+		warnings := strings.Count(h.log.String(), "lasted long")
+		if warnings != 1 || !strings.Contains(h.log.String(), "waiting_for=[b]") || !strings.Contains(h.log.String(), "b:acked=4/5") {
+			t.Fatalf("want one warning naming b (acked 4 of 5), got %d:\n%s", warnings, h.log)
+		}
+		if h.remote.held() != 1 {
+			t.Fatal("the warning released the hold")
 		}
 	})
 }

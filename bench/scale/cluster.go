@@ -50,6 +50,7 @@ func (r *replica) running() bool {
 type cluster struct {
 	bin        string
 	config     string
+	args       []string // further flags of every replica
 	waitFor    int
 	gossipPort int
 	webPort    int
@@ -111,6 +112,7 @@ func (c *cluster) start(i, joinSize int) error {
 		"--cluster.wait-for-size=" + strconv.Itoa(c.waitFor),
 		"--cluster.wait-timeout=3m",
 	}
+	args = append(args, c.args...)
 	for _, j := range c.joinList(joinSize) {
 		if j != r.gossip {
 			args = append(args, "--cluster.join="+j)

@@ -54,6 +54,9 @@ type Options struct {
 	// other processes on the machine that scrape 127.0.0.1 ports they used
 	// before (other tests) from scraping the run's targets.
 	Subnet string
+	// Args are further flags every replica gets (--log.level=debug to
+	// follow a hand-off).
+	Args []string
 	// Logf reports progress. Default: discard.
 	Logf func(format string, args ...any)
 }
@@ -247,7 +250,7 @@ remote_write:
 	if err := os.WriteFile(cfg, []byte(body), 0o644); err != nil {
 		return err
 	}
-	r.c = &cluster{bin: o.Shoal, config: cfg, waitFor: o.Replicas, base: o.Subnet, first: 10, dir: o.WorkDir,
+	r.c = &cluster{bin: o.Shoal, config: cfg, args: o.Args, waitFor: o.Replicas, base: o.Subnet, first: 10, dir: o.WorkDir,
 		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}}
 	var ips []string
 	for i := range o.Replicas + o.Extra {

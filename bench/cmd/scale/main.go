@@ -67,6 +67,8 @@ func run() int {
 	flag.IntVar(&o.Series, "series", 10, "series per target")
 	flag.DurationVar(&o.Interval, "interval", 10*time.Second, "scrape interval")
 	flag.DurationVar(&o.Idle, "idle", 60*time.Second, "idle measurement window")
+	flag.StringVar(&o.Subnet, "subnet", "", "first three octets of the run's loopback addresses (default 127.0.50)")
+	logLevel := flag.String("log.level", "", "the replicas' --log.level (default: theirs, info)")
 	workdir := flag.String("workdir", "", "work directory (default: a new temporary directory, removed afterwards)")
 	members := flag.String("members", "50,1000", "member counts of the in-process gossip simulation, comma-separated; empty skips it")
 	processes := flag.Bool("processes", true, "run the shoal processes; false runs the simulation alone")
@@ -86,6 +88,9 @@ func run() int {
 		dir = d
 	}
 	o.WorkDir = dir
+	if *logLevel != "" {
+		o.Args = append(o.Args, "--log.level="+*logLevel)
+	}
 	o.Shoal = filepath.Join(dir, "shoal")
 	o.Logf = log.Printf
 	if *processes {
