@@ -104,6 +104,7 @@ type Node struct {
 	weights    map[string]NodeWeights // other members' published weights
 	gone       map[string]time.Time   // when members with a weight set left
 	early      map[string]earlyPush   // pushes from members memberlist has not reported (metapush.go)
+	departed   map[string]Departure   // members that left, their last state (departed.go)
 	discErrs   discoveryerr.Recorder  // has its own lock
 	subs       map[int]chan struct{}
 	nextSub    int
@@ -157,6 +158,7 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Node, err
 		weights:     map[string]NodeWeights{},
 		gone:        map[string]time.Time{},
 		early:       map[string]earlyPush{},
+		departed:    map[string]Departure{},
 		subs:        map[int]chan struct{}{},
 		weightsSend: make(chan struct{}, 1),
 		metaSend:    make(chan struct{}, 1),
@@ -812,17 +814,27 @@ func (n *Node) markReady(reason string) {
 	}
 }
 
-// Leave gossips that this node is leaving and waits up to timeout for the
-// message to go out. Call SetState(Terminating) first, and Shutdown after.
+// Leave sends this node's last metadata to every peer (pushFinal, for at
+// most half of timeout), then gossips that it is leaving and waits for the
+// rest of timeout for that message to go out. Call SetState(Terminating)
+// first, and Shutdown after.
 func (n *Node) Leave(timeout time.Duration) error {
 	n.mu.Lock()
 	ml := n.ml
 	already := n.left || n.stopped
+	final, ok := n.pendingMetaLocked()
 	n.left = true
 	n.mu.Unlock()
 	if ml == nil || already {
 		return nil
 	}
+	begin := time.Now()
+	if ok && len(final.to) > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout/2)
+		n.pushFinal(ctx, ml, final)
+		cancel()
+	}
+	timeout -= time.Since(begin)
 	n.metrics.broadcasts.WithLabelValues("leave").Inc()
 	if err := ml.Leave(timeout); err != nil {
 		return fmt.Errorf("cluster: leaving: %w", err)
@@ -905,6 +917,16 @@ func (n *Node) apply(name, addr string, m nodeMeta, st State, event string) {
 	n.mu.Lock()
 	old, had := n.peers[p.Name]
 	if event == eventPush {
+		if !had {
+			if sameLife, taken := n.updateDepartureLocked(p); sameLife {
+				n.mu.Unlock()
+				if taken {
+					n.metrics.receivedEvents.WithLabelValues(eventPush).Inc()
+					n.notify()
+				}
+				return
+			}
+		}
 		if !had || !old.StartTime.Equal(p.StartTime) || p.StartTime.IsZero() {
 			n.keepEarlyPushLocked(p, m, st)
 			n.mu.Unlock()
@@ -925,6 +947,7 @@ func (n *Node) apply(name, addr string, m nodeMeta, st State, event string) {
 	}
 	n.peers[p.Name] = p
 	delete(n.gone, p.Name)
+	delete(n.departed, p.Name)
 	n.pruneWeightsLocked(time.Now())
 	n.mu.Unlock()
 	if had && old.same(p) {
@@ -973,8 +996,11 @@ func (n *Node) forget(mn *memberlist.Node) {
 	}
 	n.metrics.receivedEvents.WithLabelValues("leave").Inc()
 	n.mu.Lock()
-	_, had := n.peers[mn.Name]
+	last, had := n.peers[mn.Name]
 	delete(n.peers, mn.Name)
+	if had {
+		n.noteDepartureLocked(last, time.Now())
+	}
 	// Its weight set stays (Weights lists only alive members): a member
 	// wrongly declared dead and refuted comes back with it, rather than
 	// without weights until the next push/pull. pruneWeights forgets it.

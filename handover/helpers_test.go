@@ -76,11 +76,12 @@ const testID = "0123456789abcdef0123456789abcdef"
 
 // fakeCluster is a membership the tests set.
 type fakeCluster struct {
-	mu      sync.Mutex
-	self    cluster.Peer
-	peers   []cluster.Peer
-	carried []cluster.Carry
-	ch      chan struct{}
+	mu       sync.Mutex
+	self     cluster.Peer
+	peers    []cluster.Peer
+	departed []cluster.Departure
+	carried  []cluster.Carry
+	ch       chan struct{}
 }
 
 func newFakeCluster(name string) *fakeCluster {
@@ -101,6 +102,12 @@ func (f *fakeCluster) Peers() []cluster.Peer {
 	s := f.self
 	s.Carried = append([]cluster.Carry(nil), f.carried...)
 	return append([]cluster.Peer{s}, f.peers...)
+}
+
+func (f *fakeCluster) Departed() []cluster.Departure {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]cluster.Departure(nil), f.departed...)
 }
 
 func (f *fakeCluster) Subscribe() (<-chan struct{}, func()) { return f.ch, func() {} }

@@ -54,6 +54,7 @@ const (
 type Cluster interface {
 	Self() cluster.Peer
 	Peers() []cluster.Peer
+	Departed() []cluster.Departure
 	Subscribe() (<-chan struct{}, func())
 	SetCarried([]cluster.Carry) error
 }

@@ -13,6 +13,10 @@ import (
 // Membership is what the Tracker follows (*cluster.Node).
 type Membership interface {
 	Peers() []cluster.Peer
+	// Departed gives the last state of the members that left: the
+	// tracker may wake only after a leaver's last update and its leave
+	// have both been applied, and would otherwise miss that update.
+	Departed() []cluster.Departure
 	Subscribe() (<-chan struct{}, func())
 }
 
@@ -99,6 +103,18 @@ func (t *Tracker) refresh(force bool) {
 		delete(t.goneAt, p.Name)
 		for _, c := range p.Carried {
 			t.seen[c.Of] = seenCarry{carrier: p.Name, at: now}
+		}
+	}
+	for _, d := range t.m.Departed() {
+		name := d.Peer.Name
+		if _, ok := alive[name]; ok {
+			continue
+		}
+		if last, ok := t.last[name]; !ok || !d.Peer.StartTime.Before(last.StartTime) {
+			t.last[name] = d.Peer
+		}
+		if at, ok := t.goneAt[name]; !ok || d.Left.Before(at) {
+			t.goneAt[name] = d.Left
 		}
 	}
 	for name := range t.last {

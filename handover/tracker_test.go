@@ -81,6 +81,42 @@ func TestTrackerForgetsLeaverWithoutCarrierAfterTheWait(t *testing.T) {
 	})
 }
 
+// TestTrackerReadsALeaversLastStateFromItsDeparture: a leaver's last
+// update (its fence acknowledged) and its leave may both be applied before
+// the tracker wakes; the membership's record of the departure still
+// carries that update, and a leaver with nothing unacknowledged is not
+// waited for.
+func TestTrackerReadsALeaversLastStateFromItsDeparture(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.UnixMilli(1000)
+		leaver := cluster.Peer{Name: "leaver", State: cluster.Terminating, StartTime: start, Handoff: cluster.Watermarks{FencedSeq: 2, AckedSeq: 1}}
+		cl := newFakeCluster("owner")
+		cl.setPeers(leaver)
+		tr := NewTracker(cl, time.Hour, 5*time.Minute)
+		tr.refresh(true)
+		acked := leaver
+		acked.Handoff.AckedSeq = 2
+		cl.mu.Lock()
+		cl.departed = []cluster.Departure{{Peer: acked, Left: time.Now()}}
+		cl.mu.Unlock()
+		cl.setPeers()
+		tr.refresh(true)
+		if tr.Pending("leaver", start, 2, true) {
+			t.Fatal("pending for a leaver whose departure says its last fence was acknowledged")
+		}
+		// A departure that says otherwise keeps it pending (the backlog
+		// may be on its way to a carrier).
+		cl.mu.Lock()
+		cl.departed = []cluster.Departure{{Peer: leaver, Left: time.Now()}}
+		cl.mu.Unlock()
+		tr2 := NewTracker(cl, time.Hour, 5*time.Minute)
+		tr2.refresh(true)
+		if !tr2.Pending("leaver", start, 2, true) {
+			t.Fatal("not pending for a leaver that left with its last fence unacknowledged")
+		}
+	})
+}
+
 // TestTrackerPendingWhileItsViewDisagreesWithTheCaller: the tracker
 // refreshes on its own goroutine, so the hold that asks may find a leaver
 // gone while the tracker still sees it terminating, or already sees its
