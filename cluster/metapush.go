@@ -143,16 +143,21 @@ func (n *Node) keepEarlyPushLocked(p Peer, m nodeMeta, st State) {
 		return
 	}
 	now := time.Now()
-	for name, e := range n.early {
-		if now.Sub(e.at) > earlyKeep {
-			delete(n.early, name)
-		}
-	}
-	if e, ok := n.early[p.Name]; ok && e.peer.StartTime.Equal(p.StartTime) && e.peer.metaSeq >= p.metaSeq {
+	if e, ok := n.early[p.Name]; ok && e.peer.StartTime.Equal(p.StartTime) && e.peer.metaSeq >= p.metaSeq && now.Sub(e.at) <= earlyKeep {
 		return
 	}
 	if _, ok := n.early[p.Name]; !ok && len(n.early) >= earlyMax {
-		return
+		// Pruned only when full: a cold start of many members pushes to
+		// each one before it is reported, and pruning on every push
+		// would walk the whole map each time.
+		for name, e := range n.early {
+			if now.Sub(e.at) > earlyKeep {
+				delete(n.early, name)
+			}
+		}
+		if len(n.early) >= earlyMax {
+			return
+		}
 	}
 	p.State = st
 	n.early[p.Name] = earlyPush{peer: p, meta: m, at: now}

@@ -5,6 +5,7 @@ import (
 	"net"
 	"reflect"
 	"testing"
+	"testing/synctest"
 	"time"
 	"unsafe"
 
@@ -265,6 +266,36 @@ func TestMetadataIsPushedOnlyToPeersThatReadPushes(t *testing.T) {
 // push adds no member, but is applied when memberlist reports the member,
 // if it is newer than what memberlist brings; a push of another life or an
 // older one is not.
+// TestPushBeforeJoinIsKeptForEarlyKeep: a push whose member memberlist
+// does not report within earlyKeep is dropped, not applied later.
+func TestPushBeforeJoinIsKeptForEarlyKeep(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n, err := New(DefaultConfig(), testLogger(t, "n"), prometheus.NewRegistry())
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now().Add(-time.Minute)
+		meta := func(st State, seq uint64) []byte {
+			return nodeMeta{State: st.String(), StartTime: start.UnixMilli(), Seq: seq, Features: featureMetaPush}.marshal()
+		}
+		joined := func(name string) {
+			n.observe(&memberlist.Node{Name: name, Addr: net.ParseIP("127.0.0.2"), Port: 7946, Meta: meta(Viewer, 1)}, "join")
+		}
+		n.receiveMetaPush(encodeMetaPush("soon", meta(Participant, 2)))
+		n.receiveMetaPush(encodeMetaPush("late", meta(Participant, 2)))
+		time.Sleep(earlyKeep - time.Second)
+		joined("soon")
+		time.Sleep(2 * time.Second)
+		joined("late")
+		if p := peerNamed(n, "soon"); p.State != Participant {
+			t.Errorf("reported within %v: %s, want the pushed participant state", earlyKeep, p.State)
+		}
+		if p := peerNamed(n, "late"); p.State != Viewer {
+			t.Errorf("reported after %v: %s, want the reported viewer state", earlyKeep, p.State)
+		}
+	})
+}
+
 func TestPushBeforeJoinIsAppliedAtJoin(t *testing.T) {
 	n, err := New(DefaultConfig(), testLogger(t, "n"), prometheus.NewRegistry())
 	if err != nil {
@@ -295,5 +326,15 @@ func TestPushBeforeJoinIsAppliedAtJoin(t *testing.T) {
 	joined("other", meta(Viewer, 1, start.Add(time.Second)))
 	if p := peerNamed(n, "other"); p.State != Viewer {
 		t.Errorf("a push of another life: %s, want viewer", p.State)
+	}
+
+	// A restarted member pushes its new life while gossip still brings
+	// news of its previous one: that news does not discard the push.
+	joined("back", meta(Participant, 7, start))
+	n.receiveMetaPush(encodeMetaPush("back", meta(Participant, 2, start.Add(time.Minute))))
+	n.observe(&memberlist.Node{Name: "back", Addr: net.ParseIP("127.0.0.2"), Port: 7946, Meta: meta(Terminating, 8, start)}, "update")
+	n.observe(&memberlist.Node{Name: "back", Addr: net.ParseIP("127.0.0.2"), Port: 7946, Meta: meta(Viewer, 1, start.Add(time.Minute))}, "update")
+	if p := peerNamed(n, "back"); p.State != Participant || !p.StartTime.Equal(start.Add(time.Minute)) {
+		t.Errorf("the next life after gossip of the previous one: %s since %v, want the pushed participant state", p.State, p.StartTime)
 	}
 }

@@ -934,9 +934,11 @@ func (n *Node) apply(name, addr string, m nodeMeta, st State, event string) {
 		}
 		p.Addr = old.Addr
 		n.metrics.receivedEvents.WithLabelValues(eventPush).Inc()
-	} else if e, ok := n.early[p.Name]; ok {
+	} else if e, ok := n.early[p.Name]; ok && !e.peer.StartTime.After(p.StartTime) {
+		// Consumed by this life, or stale; a push of a later life waits
+		// for memberlist to report that life.
 		delete(n.early, p.Name)
-		if e.peer.StartTime.Equal(p.StartTime) && e.peer.metaSeq > p.metaSeq {
+		if e.peer.StartTime.Equal(p.StartTime) && e.peer.metaSeq > p.metaSeq && time.Since(e.at) <= earlyKeep {
 			n.metrics.receivedEvents.WithLabelValues(eventPush).Inc()
 			p = peerFrom(name, addr, e.meta, e.peer.State)
 		}
