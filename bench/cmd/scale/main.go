@@ -69,6 +69,10 @@ func run() int {
 	flag.DurationVar(&o.Idle, "idle", 60*time.Second, "idle measurement window")
 	flag.StringVar(&o.Subnet, "subnet", "", "first three octets of the run's loopback addresses (default 127.0.50)")
 	logLevel := flag.String("log.level", "", "the replicas' --log.level (default: theirs, info)")
+	flag.Func("arg", "a further flag of every replica, e.g. -arg=--cluster.placement=bounded (repeatable)", func(s string) error {
+		o.Args = append(o.Args, s)
+		return nil
+	})
 	workdir := flag.String("workdir", "", "work directory (default: a new temporary directory, removed afterwards)")
 	members := flag.String("members", "50,1000", "member counts of the in-process gossip simulation, comma-separated; empty skips it")
 	processes := flag.Bool("processes", true, "run the shoal processes; false runs the simulation alone")
