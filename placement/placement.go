@@ -936,25 +936,7 @@ func needSummary(need map[string]peerNeed) string {
 
 // step publishes acknowledged fences and releases holds that may go.
 func (c *Coordinator) step() {
-	c.mu.Lock()
-	moved := false
-	for len(c.pending) > 0 && c.remote.Acked(c.pending[0].pos) {
-		c.ackedSeq = c.pending[0].seq
-		c.pending = c.pending[1:]
-		moved = true
-	}
-	wm := c.watermarksLocked()
-	if moved {
-		close(c.ackedCh)
-		c.ackedCh = make(chan struct{})
-	}
-	holds := len(c.holds)
-	c.mu.Unlock()
-	if moved {
-		c.metrics.ackedSeq.Set(float64(wm.AckedSeq))
-		c.publishWatermarks()
-	}
-	if holds == 0 {
+	if c.PublishAcked() == 0 {
 		return
 	}
 
@@ -1004,6 +986,34 @@ func (c *Coordinator) step() {
 	if len(done)+len(expired) > 0 {
 		c.metrics.holds.Set(float64(len(keep)))
 	}
+}
+
+// PublishAcked publishes, at once, the acknowledgement of every fence whose
+// samples the queues have acknowledged, and returns how many holds are in
+// force. Run does so every ackPoll; a node leaving calls it after the
+// remote-write flush and before the leave, so that its final state carries
+// what the flush delivered (Run may have stopped, or not polled since):
+// otherwise the new owners wait for a backlog hand-over that never comes.
+func (c *Coordinator) PublishAcked() (holds int) {
+	c.mu.Lock()
+	moved := false
+	for len(c.pending) > 0 && c.remote.Acked(c.pending[0].pos) {
+		c.ackedSeq = c.pending[0].seq
+		c.pending = c.pending[1:]
+		moved = true
+	}
+	wm := c.watermarksLocked()
+	if moved {
+		close(c.ackedCh)
+		c.ackedCh = make(chan struct{})
+	}
+	holds = len(c.holds)
+	c.mu.Unlock()
+	if moved {
+		c.metrics.ackedSeq.Set(float64(wm.AckedSeq))
+		c.publishWatermarks()
+	}
+	return holds
 }
 
 // nextWake is how long Run may sleep before polling acknowledgements or a

@@ -664,6 +664,38 @@ func TestLongHoldIsLoggedWithThePeersItWaitsFor(t *testing.T) {
 	})
 }
 
+// A node whose terminate grace ran out flushes its queues afterwards; the
+// leave must then announce what the flush delivered, although Run, which
+// polls the acknowledgements, has stopped by then.
+func TestFinalStateCarriesWhatTheFlushDelivered(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := start(t, Options{TerminateGrace: 5 * time.Second})
+		h.cl.setPeer(participant("b", cluster.Watermarks{}))
+		h.cl.becomeReady()
+		synctest.Wait()
+		go h.c.Terminate()
+		synctest.Wait()
+		r, _, _ := h.filter.last()
+		_ = h.c.Fence(context.Background(), []scrape.Unit{{Key: 3}})
+		h.c.Fenced(r, 0, false)
+		time.Sleep(6 * time.Second) // the grace runs out unacknowledged
+		synctest.Wait()
+		h.cancel()
+		<-h.done
+		h.remote.ack(wal.Position{Segment: 1 << 30}) // the flush
+		wm := h.cl.Self().Handoff
+		if wm.AckedSeq >= wm.FencedSeq {
+			t.Fatalf("acknowledged %d of %d before the flush", wm.AckedSeq, wm.FencedSeq)
+		}
+		if n := h.c.PublishAcked(); n != 0 {
+			t.Fatalf("%d holds in force, want none", n)
+		}
+		if wm := h.cl.Self().Handoff; wm.AckedSeq != wm.FencedSeq {
+			t.Fatalf("final state: acknowledged %d of %d after the flush", wm.AckedSeq, wm.FencedSeq)
+		}
+	})
+}
+
 func TestTerminateWaitsForFinalFenceAcked(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := start(t, Options{TerminateGrace: 5 * time.Second})

@@ -424,6 +424,9 @@ func runAgent(ctx context.Context, f *flags, reg *prometheus.Registry) error {
 			return nil
 		}, func(error) {
 			clusterCancel()
+			// After the flush (an earlier actor's interrupt): the
+			// final state carries what it delivered.
+			a.placement.PublishAcked()
 			if err := a.node.Leave(5 * time.Second); err != nil {
 				logger.Warn("Leaving the cluster failed", "err", err)
 			}
