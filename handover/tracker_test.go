@@ -88,12 +88,7 @@ func TestTrackerForgetsLeaverWithoutCarrierAfterTheWait(t *testing.T) {
 // waited for.
 func TestTrackerReadsALeaversLastStateFromItsDeparture(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		start := time.UnixMilli(1000)
-		leaver := cluster.Peer{Name: "leaver", State: cluster.Terminating, StartTime: start, Handoff: cluster.Watermarks{FencedSeq: 2, AckedSeq: 1}}
-		cl := newFakeCluster("owner")
-		cl.setPeers(leaver)
-		tr := NewTracker(cl, time.Hour, 5*time.Minute)
-		tr.refresh(true)
+		start, leaver, cl, tr := trackingALeaver()
 		acked := leaver
 		acked.Handoff.AckedSeq = 2
 		cl.mu.Lock()
@@ -125,12 +120,7 @@ func TestTrackerReadsALeaversLastStateFromItsDeparture(t *testing.T) {
 // leaver's backlog, which the remote end then refuses as out of order.
 func TestTrackerPendingWhileItsViewDisagreesWithTheCaller(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		start := time.UnixMilli(1000)
-		leaver := cluster.Peer{Name: "leaver", State: cluster.Terminating, StartTime: start, Handoff: cluster.Watermarks{FencedSeq: 2, AckedSeq: 1}}
-		cl := newFakeCluster("owner")
-		cl.setPeers(leaver)
-		tr := NewTracker(cl, time.Hour, 5*time.Minute)
-		tr.refresh(true)
+		start, leaver, cl, tr := trackingALeaver()
 		// Gone for the caller; the tracker has not refreshed since (its
 		// refresh gap has not passed: the clock stands still).
 		cl.setPeers()
@@ -151,4 +141,16 @@ func TestTrackerPendingWhileItsViewDisagreesWithTheCaller(t *testing.T) {
 			t.Fatal("pending for a leaver alive again in both views")
 		}
 	})
+}
+
+// trackingALeaver is a tracker (wait 1h, TTL 5m) that has seen a leaver
+// terminating with its fence 2 unacknowledged.
+func trackingALeaver() (time.Time, cluster.Peer, *fakeCluster, *Tracker) {
+	start := time.UnixMilli(1000)
+	leaver := cluster.Peer{Name: "leaver", State: cluster.Terminating, StartTime: start, Handoff: cluster.Watermarks{FencedSeq: 2, AckedSeq: 1}}
+	cl := newFakeCluster("owner")
+	cl.setPeers(leaver)
+	tr := NewTracker(cl, time.Hour, 5*time.Minute)
+	tr.refresh(true)
+	return start, leaver, cl, tr
 }

@@ -974,7 +974,10 @@ func (c *Coordinator) step() {
 	for _, h := range done {
 		h.release()
 		c.metrics.holdSeconds.Observe(now.Sub(h.start).Seconds())
-		c.logger.Debug("Released a remote-write hold: every peer's last samples are acknowledged or the peer is gone", "held", now.Sub(h.start), "peers", holdPeers(h, peers))
+		if c.logger.Enabled(context.Background(), slog.LevelDebug) {
+			// holdPeers asks the hand-over tracker about every gone peer.
+			c.logger.Debug("Released a remote-write hold: every peer's last samples are acknowledged or the peer is gone", "held", now.Sub(h.start), "peers", holdPeers(h, peers))
+		}
 	}
 	for _, h := range expired {
 		h.release()
