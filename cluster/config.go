@@ -125,6 +125,10 @@ type Config struct {
 	// node name, addresses, label, key, delegates and logger, which it cannot
 	// change. Tests use it for fast timings.
 	Memberlist func(*memberlist.Config)
+
+	// noWeightDeltas makes the node speak weights as versions before
+	// deltas did: whole sets only. Tests of mixed-version clusters set it.
+	noWeightDeltas bool
 }
 
 // DefaultConfig returns a Config with every default filled in.

@@ -23,6 +23,8 @@ type metrics struct {
 	weightsPublished  prometheus.Gauge
 	weightsStateBytes prometheus.Gauge
 	weightsSends      *prometheus.CounterVec
+	weightsBytes      *prometheus.CounterVec
+	weightsRepairs    prometheus.Counter
 	metaPushes        *prometheus.CounterVec
 	badWeights        prometheus.Counter
 	// The cluster remembered between runs (snapshot.go).
@@ -97,7 +99,15 @@ func newMetrics(reg prometheus.Registerer, clusterName string, lamport, health, 
 		}),
 		weightsStateBytes: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "shoal_cluster_weights_state_bytes",
-			Help: "Size of the per-target weights state this node last sent in a full state exchange (push/pull).",
+			Help: "Size of the per-target weights state this node last sent in a state exchange (push/pull): every set whole on a join or while a peer of an older version is a member, otherwise their versions only.",
+		}),
+		weightsBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "shoal_cluster_weights_sent_bytes_total",
+			Help: "Bytes of per-target weights this node sent, by kind: delta (a change, to each peer), set (a whole set on change, to a peer of an older version), summary and state (push/pull: versions only, or every set whole), repair (a request for a missed set, or the answer).",
+		}, []string{"kind"}),
+		weightsRepairs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "shoal_cluster_weights_repairs_total",
+			Help: "Weight sets this node asked a peer for whole because it missed a change (a delta whose base it did not hold, or a newer version named in a push/pull).",
 		}),
 		weightsSends: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "shoal_cluster_weights_sends_total",
@@ -124,6 +134,9 @@ func newMetrics(reg prometheus.Registerer, clusterName string, lamport, health, 
 	m.snapshotErrs.WithLabelValues("write")
 	m.weightsSends.WithLabelValues("success")
 	m.weightsSends.WithLabelValues("failure")
+	for _, k := range []string{"delta", "set", "summary", "state", "repair"} {
+		m.weightsBytes.WithLabelValues(k)
+	}
 	m.metaPushes.WithLabelValues("success")
 	m.metaPushes.WithLabelValues("failure")
 	m.receivedEvents.WithLabelValues(eventPush)
@@ -146,7 +159,7 @@ func newMetrics(reg prometheus.Registerer, clusterName string, lamport, health, 
 	}
 	plain, err := promreg.Register(reg,
 		m.refused, m.badMeta, m.discoveryErrs, m.joins,
-		m.weightsPublished, m.weightsStateBytes, m.weightsSends, m.metaPushes, m.badWeights,
+		m.weightsPublished, m.weightsStateBytes, m.weightsSends, m.weightsBytes, m.weightsRepairs, m.metaPushes, m.badWeights,
 		m.remembered, m.snapshotErrs,
 	)
 	if err != nil {

@@ -59,6 +59,7 @@ type Peer struct {
 
 	metaSeq uint64 // nodeMeta.Seq of what this node holds (metapush.go)
 	pushes  bool   // the peer reads metadata pushes
+	deltas  bool   // the peer reads weight deltas and summaries (weightsdelta.go)
 }
 
 // same reports whether p and o say the same of a peer, field by field
@@ -68,7 +69,7 @@ func (p Peer) same(o Peer) bool {
 		p.KubeNode == o.KubeNode && p.State == o.State && p.Self == o.Self &&
 		p.StartTime.Equal(o.StartTime) && p.Handoff == o.Handoff &&
 		slices.Equal(p.Carried, o.Carried) && p.ScrapeConfig == o.ScrapeConfig &&
-		p.metaSeq == o.metaSeq && p.pushes == o.pushes
+		p.metaSeq == o.metaSeq && p.pushes == o.pushes && p.deltas == o.deltas
 }
 
 // Node is this process's membership in the cluster.
@@ -115,6 +116,13 @@ type Node struct {
 	wg         sync.WaitGroup
 	// weightsSend signals sendWeightsLoop that ownWeights changed.
 	weightsSend chan struct{}
+	// weightsSent is the own set as last sent to the peers that read
+	// deltas: the base of the next delta (weightsdelta.go).
+	weightsSent NodeWeights
+	// repair holds the weight sets this node asks peers for, and those
+	// peers asked of it; repairKick signals repairWeightsLoop.
+	repair     weightsRepair
+	repairKick chan struct{}
 	// metaSeq counts this node's metadata changes (nodeMeta.Seq), under
 	// mu; metaSend signals sendMetaLoop (metapush.go).
 	metaSeq  uint64
@@ -161,6 +169,7 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Node, err
 		departed:    map[string]Departure{},
 		subs:        map[int]chan struct{}{},
 		weightsSend: make(chan struct{}, 1),
+		repairKick:  make(chan struct{}, 1),
 		metaSend:    make(chan struct{}, 1),
 		snapKick:    make(chan struct{}, 1),
 		readyCh:     make(chan struct{}),
@@ -280,6 +289,11 @@ func (n *Node) Start(ctx context.Context) error {
 	go func() {
 		defer n.wg.Done()
 		n.sendWeightsLoop(loopCtx)
+	}()
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		n.repairWeightsLoop(loopCtx)
 	}()
 	n.wg.Add(1)
 	go func() {
@@ -973,6 +987,7 @@ func peerFrom(name, addr string, m nodeMeta, st State) Peer {
 		p.Carried = m.carried()
 		p.ScrapeConfig = m.configIDs()
 		p.metaSeq, p.pushes = m.Seq, m.Features&featureMetaPush != 0
+		p.deltas = m.Features&featureWeightDeltas != 0
 	}
 	return p
 }
@@ -1033,7 +1048,7 @@ func (n *Node) metaLocked() []byte {
 		StartTime: n.startTime.UnixMilli(),
 		Lamport:   n.metaClock,
 		Seq:       n.metaSeq,
-		Features:  featureMetaPush,
+		Features:  n.features(),
 		Carried:   carriedMeta(n.carried),
 		ConfigCur: n.configIDs.Cur, ConfigPrev: n.configIDs.Prev,
 		FencedSeq: n.watermarks.FencedSeq, FencedRing: n.watermarks.FencedRing,
@@ -1058,24 +1073,37 @@ func (d *delegate) NodeMeta(limit int) []byte {
 	return b
 }
 
-// NotifyMsg receives a peer's metadata push or weight set.
+// NotifyMsg receives a peer's metadata push, weight set, weight delta or
+// request for weight sets.
 func (d *delegate) NotifyMsg(b []byte) {
-	if len(b) > 0 && b[0] == msgMeta {
-		(*Node)(d).receiveMetaPush(b)
-		return
+	n := (*Node)(d)
+	switch {
+	case len(b) > 0 && b[0] == msgMeta:
+		n.receiveMetaPush(b)
+	case len(b) > 0 && b[0] == msgWeightsDelta:
+		n.receiveWeightsDelta(b)
+	case len(b) > 0 && b[0] == msgWeightsWant:
+		n.receiveWeightsWant(b)
+	default:
+		n.receiveWeights(b)
 	}
-	(*Node)(d).receiveWeights(b)
 }
 
 func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
 
 // LocalState and MergeRemoteState exchange the per-target weights of every
-// alive member in the periodic push/pull.
-func (d *delegate) LocalState(join bool) []byte { return (*Node)(d).localWeightsState() }
+// alive member in the periodic push/pull: whole on a join, otherwise only
+// their versions once every member reads deltas (weightsdelta.go).
+func (d *delegate) LocalState(join bool) []byte { return (*Node)(d).localWeightsState(join) }
 
 func (d *delegate) MergeRemoteState(buf []byte, join bool) {
-	if len(buf) > 0 {
-		(*Node)(d).receiveWeights(buf)
+	n := (*Node)(d)
+	switch {
+	case len(buf) == 0:
+	case buf[0] == msgWeightsSummary:
+		n.receiveWeightsSummary(buf)
+	default:
+		n.receiveWeights(buf)
 	}
 }
 

@@ -8,12 +8,15 @@ import (
 )
 
 // outgoing is what a node has to send straight to its peers: a metadata
-// push or its weight set, one version of it.
+// push or its weight set, one version of it. Peers in legacy get
+// legacyMsg instead of msg (weight sets to peers that do not read deltas).
 type outgoing struct {
-	ml      *memberlist.Memberlist
-	version uint64
-	msg     func() []byte // built outside the node's lock
-	to      []memberlist.Address
+	ml        *memberlist.Memberlist
+	version   uint64
+	msg       func() []byte // built outside the node's lock
+	to        []memberlist.Address
+	legacyMsg func() []byte
+	legacy    []memberlist.Address
 }
 
 // sendOnChange is the loop behind every direct send: on each kick it asks
@@ -36,18 +39,31 @@ func (n *Node) sendOnChange(ctx context.Context, kick <-chan struct{}, what stri
 		if !ok || out.ml == nil || out.version == sent {
 			continue
 		}
-		msg := out.msg()
-		for _, a := range out.to {
-			if ctx.Err() != nil {
-				return
-			}
-			if err := send(out.ml, a, msg); err != nil {
-				results.WithLabelValues("failure").Inc()
-				n.logger.Debug(what+" failed", "peer", a.Name, "err", err)
-				continue
-			}
-			results.WithLabelValues("success").Inc()
+		n.sendTo(ctx, out.ml, out.to, out.msg, what, results, send)
+		n.sendTo(ctx, out.ml, out.legacy, out.legacyMsg, what, results, send)
+		if ctx.Err() != nil {
+			return
 		}
 		sent = out.version
+	}
+}
+
+// sendTo sends msg() to every address in to, counting each result.
+func (n *Node) sendTo(ctx context.Context, ml *memberlist.Memberlist, to []memberlist.Address, msg func() []byte, what string,
+	results *prometheus.CounterVec, send func(*memberlist.Memberlist, memberlist.Address, []byte) error) {
+	if len(to) == 0 {
+		return
+	}
+	b := msg()
+	for _, a := range to {
+		if ctx.Err() != nil {
+			return
+		}
+		if err := send(ml, a, b); err != nil {
+			results.WithLabelValues("failure").Inc()
+			n.logger.Debug(what+" failed", "peer", a.Name, "err", err)
+			continue
+		}
+		results.WithLabelValues("success").Inc()
 	}
 }

@@ -222,15 +222,7 @@ func (n *Node) mergeWeights(sets map[string]NodeWeights) {
 		if old, ok := n.weights[name]; ok && !w.newer(old) {
 			continue
 		}
-		n.weights[name] = w
-		p, alive := n.peers[name]
-		if !alive {
-			if _, ok := n.gone[name]; !ok {
-				n.gone[name] = now
-			}
-			continue
-		}
-		changed = changed || current(w, p)
+		changed = n.storeWeightsLocked(name, w, now) || changed
 	}
 	n.pruneWeightsLocked(now)
 	n.mu.Unlock()
@@ -239,19 +231,34 @@ func (n *Node) mergeWeights(sets map[string]NodeWeights) {
 	}
 }
 
+// storeWeightsLocked keeps w as name's set and reports whether Weights
+// lists it (name is an alive member and w is of its present life).
+func (n *Node) storeWeightsLocked(name string, w NodeWeights, now time.Time) bool {
+	n.weights[name] = w
+	p, alive := n.peers[name]
+	if !alive {
+		if _, ok := n.gone[name]; !ok {
+			n.gone[name] = now
+		}
+		return false
+	}
+	return current(w, p)
+}
+
 // receiveWeights decodes a weights message or state from a peer.
 func (n *Node) receiveWeights(b []byte) {
 	sets, err := decodeWeights(b)
 	if err != nil {
-		n.metrics.badWeights.Inc()
-		n.logger.Warn("peer sent per-target weights this node cannot read; ignoring them", "err", err)
+		n.badWeightsMsg(err)
 		return
 	}
 	n.mergeWeights(sets)
 }
 
-// localWeightsState is this node's whole weights state, for push/pull.
-func (n *Node) localWeightsState() []byte {
+// localWeightsState is this node's weights state for push/pull: every
+// alive member's set, whole on a join or while a peer does not read
+// deltas, otherwise their versions only.
+func (n *Node) localWeightsState(join bool) []byte {
 	n.mu.Lock()
 	sets := make(map[string]NodeWeights, len(n.weights)+1)
 	for name, w := range n.weights {
@@ -262,31 +269,51 @@ func (n *Node) localWeightsState() []byte {
 	if n.ownWeights.Version > 0 {
 		sets[n.cfg.NodeName] = n.ownWeights
 	}
+	summary := !join && n.allReadDeltasLocked()
 	n.mu.Unlock()
 	if len(sets) == 0 {
 		return nil
 	}
-	b := encodeWeights(sets)
+	b, kind := encodeWeights(sets), "state"
+	if summary {
+		b, kind = encodeWeightsSummary(n.cfg.NodeName, sets), "summary"
+	}
 	n.metrics.weightsStateBytes.Set(float64(len(b)))
+	n.metrics.weightsBytes.WithLabelValues(kind).Add(float64(len(b)))
 	return b
 }
 
 // sendWeightsLoop sends this node's set to every peer whenever it changes,
-// until ctx ends. A failure is repaired by the next push/pull.
+// until ctx ends: a delta to the peers that read them, the whole set to
+// the others. A failure is repaired by the next push/pull.
 func (n *Node) sendWeightsLoop(ctx context.Context) {
 	n.sendOnChange(ctx, n.weightsSend, "sending per-target weights", n.metrics.weightsSends, n.pendingWeightsLocked,
 		func(ml *memberlist.Memberlist, a memberlist.Address, msg []byte) error {
-			return ml.SendReliable(memberlistNode(a), msg)
+			if err := ml.SendReliable(memberlistNode(a), msg); err != nil {
+				return err
+			}
+			kind := "set"
+			if msg[0] == msgWeightsDelta {
+				kind = "delta"
+			}
+			n.metrics.weightsBytes.WithLabelValues(kind).Add(float64(len(msg)))
+			return nil
 		})
 }
 
-// pendingWeightsLocked is this node's weight set, for every peer.
+// pendingWeightsLocked is this node's weight set for every peer: as a
+// delta from the version last sent, or whole. The version it returns is
+// the one sent next, so it becomes the next delta's base.
 func (n *Node) pendingWeightsLocked() (outgoing, bool) {
-	own := n.ownWeights
+	own, base := n.ownWeights, n.weightsSent
+	n.weightsSent = own
+	deltas := !n.cfg.noWeightDeltas
 	return outgoing{
-		ml:      n.ml,
-		version: own.Version,
-		msg:     func() []byte { return appendWeights([]byte{msgWeights}, n.cfg.NodeName, own) },
-		to:      n.peerAddrsLocked(func(Peer) bool { return true }),
+		ml:        n.ml,
+		version:   own.Version,
+		msg:       func() []byte { return encodeWeightsDelta(diffWeights(n.cfg.NodeName, base, own)) },
+		to:        n.peerAddrsLocked(func(p Peer) bool { return deltas && p.deltas }),
+		legacyMsg: func() []byte { return appendWeights([]byte{msgWeights}, n.cfg.NodeName, own) },
+		legacy:    n.peerAddrsLocked(func(p Peer) bool { return !deltas || !p.deltas }),
 	}, true
 }

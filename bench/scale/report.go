@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/shoal-dev/shoal/bench/sim"
+	shoalcluster "github.com/shoal-dev/shoal/cluster"
 )
 
 // Goal is one row of the goal table: what was promised and what was seen.
@@ -163,8 +164,7 @@ func Report(res Result, sims []sim.Members, command string) string {
 	if len(sims) > 0 {
 		b.WriteString("\n**Membership simulation** (real cluster.Node members, memberlist with shoal's settings and metadata, over an in-memory network in one process (bench/sim memNet), in protocol time (a testing/synctest bubble: every timer runs on a clock that moves only when every member waits, so CPU costs no time and the network has no latency); times are the protocol's, a lower bound on a real network; bytes are exact; an update seen within 5ms was seen at the first poll. Gossip is settled once a 30 s window's rate is at most half the first window's and falls by less than a tenth from the window before; \"right after the joins\" is the first window after the ring was agreed):\n\n")
 		b.WriteString(sim.MembersReport(sims))
-		fmt.Fprintf(&b, "\nPlacement weights state (`--cluster.placement=bounded` only), per full state exchange: %s at 100k targets, %s at 1M targets.\n",
-			size(sim.WeightsStateBytes(100_000, 50)), size(sim.WeightsStateBytes(1_000_000, 50)))
+		writeWeightsWire(&b)
 	}
 	return b.String()
 }
@@ -215,4 +215,16 @@ func writeProcesses(b *strings.Builder, res Result) {
 		fmt.Fprintf(b, "| %s | %v | %v | %v | %s |\n", v.Name, v.First.Round(time.Millisecond), v.Median.Round(time.Millisecond), v.Max.Round(time.Millisecond), size(v.Bytes))
 	}
 	fmt.Fprintf(b, "\nTotal run time %v.\n", res.Total.Round(time.Second))
+}
+
+// writeWeightsWire renders what the placement weights cost on the wire at
+// 50 members, measured with the nodes' own encoders.
+func writeWeightsWire(b *strings.Builder) {
+	b.WriteString("\nPlacement weights on the wire (`--cluster.placement=bounded` only), 50 members, the cluster's targets spread evenly over their sets (`cluster.WeightsWireSizes`): a push/pull carries every set whole only on a join or while a member of an older version is in the cluster, otherwise the sets' versions; a publication sends each peer a delta.\n\n")
+	b.WriteString("| targets | push/pull, whole | push/pull, versions only | delta, 1 weight changed | delta, 100 changed |\n|---:|---:|---:|---:|---:|\n")
+	for _, t := range []int{10_000, 100_000, 1_000_000} {
+		whole, summary, one := shoalcluster.WeightsWireSizes(t, 50, 1)
+		_, _, hundred := shoalcluster.WeightsWireSizes(t, 50, 100)
+		fmt.Fprintf(b, "| %d | %s | %s | %d B | %s |\n", t, size(whole), size(summary), one, size(hundred))
+	}
 }

@@ -230,14 +230,6 @@ func RingBuild(n int) (time.Duration, uint64) {
 	return ds[len(ds)/2], alloc
 }
 
-// WeightsStateBytes is the size of the placement weights state a full
-// state exchange carries with --cluster.placement=bounded when the
-// cluster's targets are spread over nodes: per target a key (8 bytes) and
-// a float32 weight, per node its name and three varints (cluster/weights.go).
-func WeightsStateBytes(targets, nodes int) int {
-	return 1 + targets*12 + nodes*(len("shoal-000")+1+10+5+5)
-}
-
 // MembersReport renders SimulateMembers results as Markdown.
 func MembersReport(ms []Members) string {
 	var b strings.Builder

@@ -86,10 +86,3 @@ func simulateInBubble(t *testing.T, n int, idle, timeout time.Duration) (m Membe
 	})
 	return m
 }
-
-func TestWeightsStateGrowsWithTargets(t *testing.T) {
-	a, b := WeightsStateBytes(100_000, 50), WeightsStateBytes(1_000_000, 50)
-	if a < 1_200_000 || b < 12_000_000 || b-a != 900_000*12 {
-		t.Errorf("weights state %d and %d bytes", a, b)
-	}
-}
