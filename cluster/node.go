@@ -733,6 +733,7 @@ func (n *Node) afterChange() {
 	n.checkReady()
 	n.notify()
 	n.snapshotChanged()
+	n.kickRepair() // a request may wait for a peer that has just joined
 }
 
 // updatePeerMetrics counts under the lock rather than through Peers: it

@@ -358,34 +358,53 @@ func (n *Node) receiveWeightsWant(b []byte) {
 	}
 	n.mu.Lock()
 	for _, name := range names {
-		n.repair.add(&n.repair.give, from, name)
+		n.repair.addGive(from, name)
 	}
 	n.mu.Unlock()
 	n.kickRepair()
 }
 
 // weightsRepair is what repairWeightsLoop has to send: per peer, the sets
-// to ask it for (want) and the sets it asked for (give). Under n.mu.
+// to ask it for (want, with when they were first wanted) and the sets it
+// asked for (give). Under n.mu.
 type weightsRepair struct {
-	want, give map[string]map[string]struct{}
+	want map[string]map[string]time.Time
+	give map[string]map[string]struct{}
 }
 
-func (r *weightsRepair) add(m *map[string]map[string]struct{}, peer, name string) {
-	if *m == nil {
-		*m = map[string]map[string]struct{}{}
+func (r *weightsRepair) addWant(peer, name string, at time.Time) {
+	if r.want == nil {
+		r.want = map[string]map[string]time.Time{}
 	}
-	if (*m)[peer] == nil {
-		(*m)[peer] = map[string]struct{}{}
+	if r.want[peer] == nil {
+		r.want[peer] = map[string]time.Time{}
 	}
-	(*m)[peer][name] = struct{}{}
+	if _, ok := r.want[peer][name]; !ok {
+		r.want[peer][name] = at
+	}
+}
+
+func (r *weightsRepair) addGive(peer, name string) {
+	if r.give == nil {
+		r.give = map[string]map[string]struct{}{}
+	}
+	if r.give[peer] == nil {
+		r.give[peer] = map[string]struct{}{}
+	}
+	r.give[peer][name] = struct{}{}
 }
 
 // wantWeightsLocked asks peer for name's set whole.
 func (n *Node) wantWeightsLocked(peer, name string) {
 	n.metrics.weightsRepairs.Inc()
-	n.repair.add(&n.repair.want, peer, name)
+	n.repair.addWant(peer, name, time.Now())
 	n.kickRepair()
 }
+
+// wantKeep is how long a request waits for a peer this node does not know
+// yet: a node that has just restarted sends its changes to members that
+// hear of its join by gossip only later (as earlyKeep for pushes).
+const wantKeep = earlyKeep
 
 func (n *Node) kickRepair() {
 	select {
@@ -405,20 +424,8 @@ func (n *Node) repairWeightsLoop(ctx context.Context) {
 		case <-n.repairKick:
 		}
 		n.mu.Lock()
-		r, ml := n.repair, n.ml
-		n.repair = weightsRepair{}
-		addrs := map[string]memberlist.Address{}
-		for _, m := range []map[string]map[string]struct{}{r.want, r.give} {
-			for peer := range m {
-				if p, ok := n.peers[peer]; ok {
-					addrs[peer] = memberlist.Address{Addr: p.Addr, Name: p.Name}
-				}
-			}
-		}
-		answers := make(map[string]map[string]NodeWeights, len(r.give))
-		for peer, names := range r.give {
-			answers[peer] = n.setsLocked(names)
-		}
+		addrs, want, answers := n.takeRepairLocked(time.Now())
+		ml := n.ml
 		n.mu.Unlock()
 		if ml == nil {
 			continue
@@ -427,14 +434,46 @@ func (n *Node) repairWeightsLoop(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			if names := r.want[peer]; len(names) > 0 {
-				n.sendRepair(ml, addrs[peer], encodeWeightsWant(n.cfg.NodeName, slices.Sorted(maps.Keys(names))))
+			if names := want[peer]; len(names) > 0 {
+				n.sendRepair(ml, addrs[peer], encodeWeightsWant(n.cfg.NodeName, names))
 			}
 			if sets := answers[peer]; len(sets) > 0 {
 				n.sendRepair(ml, addrs[peer], encodeWeights(sets))
 			}
 		}
 	}
+}
+
+// takeRepairLocked takes what there is to send to known peers: their
+// addresses, the set names to ask each for, and the sets to answer each
+// with. Requests to a peer not known yet stay for wantKeep; answers to one
+// are dropped (it asks again after the next push/pull).
+func (n *Node) takeRepairLocked(now time.Time) (map[string]memberlist.Address, map[string][]string, map[string]map[string]NodeWeights) {
+	r := n.repair
+	n.repair = weightsRepair{}
+	addrs := map[string]memberlist.Address{}
+	want := map[string][]string{}
+	for peer, names := range r.want {
+		p, ok := n.peers[peer]
+		if !ok {
+			for name, at := range names {
+				if now.Sub(at) < wantKeep {
+					n.repair.addWant(peer, name, at)
+				}
+			}
+			continue
+		}
+		addrs[peer] = memberlist.Address{Addr: p.Addr, Name: p.Name}
+		want[peer] = slices.Sorted(maps.Keys(names))
+	}
+	answers := map[string]map[string]NodeWeights{}
+	for peer, names := range r.give {
+		if p, ok := n.peers[peer]; ok {
+			addrs[peer] = memberlist.Address{Addr: p.Addr, Name: p.Name}
+			answers[peer] = n.setsLocked(names)
+		}
+	}
+	return addrs, want, answers
 }
 
 func (n *Node) sendRepair(ml *memberlist.Memberlist, a memberlist.Address, msg []byte) {

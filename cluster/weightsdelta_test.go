@@ -250,3 +250,36 @@ func TestWeightsWireSizesGrowOnlyWhenWhole(t *testing.T) {
 		t.Fatalf("10k targets: %d/%d/%d bytes; 100k: %d/%d/%d", w1, s1, d1, w2, s2, d2)
 	}
 }
+
+// A change from a node this one does not know yet (it has just restarted,
+// and its join is still in gossip) is asked for once the node is known,
+// for up to wantKeep.
+func TestWeightsRequestWaitsForAPeerNotKnownYet(t *testing.T) {
+	tn := newTestNet(t)
+	n, err := New(testConfig(tn, 1), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.wantWeightsLocked("late", "late")
+	if addrs, _, _ := n.takeRepairLocked(now); len(addrs) != 0 {
+		t.Fatalf("asked an unknown peer: %v", addrs)
+	}
+	n.peers["late"] = Peer{Name: "late", Addr: tn.addr(2)}
+	addrs, want, _ := n.takeRepairLocked(now.Add(wantKeep / 2))
+	if len(addrs) != 1 || !slices.Equal(want["late"], []string{"late"}) {
+		t.Fatalf("once known: asked %v for %v", addrs, want)
+	}
+	if addrs, _, _ := n.takeRepairLocked(now); len(addrs) != 0 {
+		t.Fatalf("asked twice: %v", addrs)
+	}
+
+	delete(n.peers, "late")
+	n.wantWeightsLocked("late", "late")
+	n.takeRepairLocked(time.Now().Add(wantKeep))
+	if len(n.repair.want) != 0 {
+		t.Fatalf("a request to a peer that never came is kept past wantKeep: %v", n.repair.want)
+	}
+}

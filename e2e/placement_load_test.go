@@ -241,8 +241,32 @@ func TestPlacementBoundedRollingRestart(t *testing.T) {
 			vs = append(vs, fmt.Sprintf("%s=%v", strings.TrimPrefix(m, "shoal_handoff_"), v))
 		}
 		t.Logf("%s since its restart: %s", a.spec.name, strings.Join(vs, " "))
+		checkWeightsTravelAsDeltas(t, a)
 	}
 	h.finish(true)
+}
+
+// checkWeightsTravelAsDeltas: between nodes of one version, weight changes
+// travel as deltas, never as whole sets, and every message is readable.
+func checkWeightsTravelAsDeltas(t *testing.T, a *agent) {
+	t.Helper()
+	for _, c := range []struct {
+		name   string
+		labels map[string]string
+		ok     func(float64) bool
+	}{
+		{"shoal_cluster_weights_sent_bytes_total", map[string]string{"kind": "delta"}, func(v float64) bool { return v > 0 }},
+		{"shoal_cluster_weights_sent_bytes_total", map[string]string{"kind": "set"}, func(v float64) bool { return v == 0 }},
+		{"shoal_cluster_bad_peer_weights_total", nil, func(v float64) bool { return v == 0 }},
+	} {
+		v, err := a.metricValue(c.name, c.labels)
+		if err != nil {
+			fatal(t, err)
+		}
+		if !c.ok(v) {
+			t.Errorf("%s: %s%v = %v", a.spec.name, c.name, c.labels, v)
+		}
+	}
 }
 
 // keepLogs, with $SHOAL_E2E_KEEP_LOGS set, runs the nodes at debug level
