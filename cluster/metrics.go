@@ -103,7 +103,7 @@ func newMetrics(reg prometheus.Registerer, clusterName string, lamport, health, 
 		}),
 		weightsBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "shoal_cluster_weights_sent_bytes_total",
-			Help: "Bytes of per-target weights this node sent, by kind: delta (a change, to each peer), set (a whole set on change, to a peer of an older version), summary and state (push/pull: versions only, or every set whole), repair (a request for a missed set, or the answer).",
+			Help: "Bytes of per-target weights this node sent, by kind: delta (a change, to each peer), set (a whole set on change, to a peer of an older version), summary and state (push/pull: versions only, or every set whole), repair (a request for a missed set, the answer, or this node's set sent to a member that has just joined).",
 		}, []string{"kind"}),
 		weightsRepairs: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "shoal_cluster_weights_repairs_total",

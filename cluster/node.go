@@ -963,6 +963,11 @@ func (n *Node) apply(name, addr string, m nodeMeta, st State, event string) {
 		p = old
 	}
 	n.peers[p.Name] = p
+	if (!had || !old.StartTime.Equal(p.StartTime)) && n.ownWeights.Version > 0 {
+		// A publication sent while the peer was not known yet (its join
+		// still in gossip here) never reached it: send the set as it is now.
+		n.repair.addGive(p.Name, n.cfg.NodeName)
+	}
 	delete(n.gone, p.Name)
 	delete(n.departed, p.Name)
 	n.pruneWeightsLocked(time.Now())
