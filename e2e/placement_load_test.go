@@ -160,6 +160,24 @@ func waitBalanced(t *testing.T, nodes []*agent, targets []*target, size map[stri
 	return spread
 }
 
+// waitWeightsPlaced polls until every node places a published weight for
+// each of the count targets.
+func waitWeightsPlaced(t *testing.T, nodes []*agent, count int) {
+	t.Helper()
+	testutil.Eventually(t, weightsTimeout, "every target placed by its published weight", func() error {
+		for _, a := range nodes {
+			placed, err := a.metricValue("shoal_placement_weights_placed", nil)
+			if err != nil {
+				return err
+			}
+			if int(placed) != count {
+				return fmt.Errorf("%s places %v published weights, want %d", a.spec.name, placed, count)
+			}
+		}
+		return nil
+	})
+}
+
 // startBounded starts 4 nodes with --cluster.placement=bounded over 80
 // targets of 9 samples per scrape and 3 of 450, and waits until the owners'
 // published weights balance them.
@@ -244,6 +262,73 @@ func TestPlacementBoundedRollingRestart(t *testing.T) {
 		checkWeightsTravelAsDeltas(t, a)
 	}
 	h.finish(true)
+}
+
+// TestPlacementBoundedScaleOutAndIn: a fifth node joins the balanced
+// cluster, the placement balances the five (its share filled by the
+// weights the others published), then it leaves: every hand-off holds the
+// guarantees, nothing refused or missing at the receiver.
+func TestPlacementBoundedScaleOutAndIn(t *testing.T) {
+	h, targets, size := startBounded(t)
+	fifth := h.addNode()
+	fifth.spec.extraArgs = append(fifth.spec.extraArgs, "--cluster.placement=bounded")
+	fifth.start()
+	fifth.waitReady(startTimeout)
+	waitConverged(t, h.nodes, targets)
+	waitBalanced(t, h.nodes, targets, size)
+	if o, err := snapshotOwnership(h.nodes, targets); err != nil {
+		fatal(t, err)
+	} else if len(o.targetsOf(fifth.spec.name)) == 0 {
+		fatalf(t, "the fifth node took no target: %s", o.summary())
+	}
+	h.stop(fifth)
+	waitBalanced(t, h.running(), targets, size)
+	h.finish(true)
+}
+
+// TestPlacementBoundedSIGKILL kills a node of the balanced cluster: the
+// survivors take its targets over within failure detection + hand-off
+// delay + two intervals (its weights stay placed until the new owners
+// publish them), balance again, and the receiver refuses nothing.
+func TestPlacementBoundedSIGKILL(t *testing.T) {
+	h, targets, size := startBounded(t)
+	owners, err := snapshotOwnership(h.nodes, targets)
+	if err != nil {
+		fatal(t, err)
+	}
+	victim := h.nodes[1]
+	orphans := owners.targetsOf(victim.spec.name)
+	if len(orphans) == 0 {
+		fatalf(t, "%s owns nothing: %s", victim.spec.name, owners.summary())
+	}
+	byAddr := map[string]*target{}
+	for _, tg := range targets {
+		byAddr[tg.addr] = tg
+	}
+	victim.kill()
+	killed := time.Now()
+	bound := failureDetection + handoffDelay + 2*scrapeInterval
+	var covered time.Duration
+	eventually(t, convergeTimeout, "every orphaned target scraped again", func() error {
+		covered = 0
+		for _, inst := range orphans {
+			at, ok := byAddr[inst].firstServedAfter(killed)
+			if !ok {
+				return fmt.Errorf("%s not scraped since the kill %v ago", inst, time.Since(killed).Round(time.Millisecond))
+			}
+			covered = max(covered, at.Sub(killed))
+		}
+		return nil
+	})
+	t.Logf("SIGKILL of %s (%d targets): all scraped again after %v (bound %v)", victim.spec.name, len(orphans), covered.Round(time.Millisecond), bound)
+	if covered > bound {
+		errorf(t, "coverage back after %v, bound failure detection + hand-off delay + 2 intervals = %v", covered, bound)
+	}
+	waitBalanced(t, h.running(), targets, size)
+	// The killed node's unsent samples stay in its WAL: values may be
+	// missing until it comes back; ordering and one series per target hold.
+	h.began = killed.Add(bound)
+	h.finish(false)
 }
 
 // checkWeightsTravelAsDeltas: between nodes of one version, weight changes

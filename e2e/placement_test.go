@@ -99,6 +99,19 @@ func TestClusterTargetsView(t *testing.T) {
 // exactly one clean series per target and rank, also across a scale-out
 // that moves ranks between nodes.
 func TestReplicationFactorTwo(t *testing.T) {
+	replicationFactorTwo(t, "ring")
+}
+
+// TestReplicationFactorTwoBounded is the same under the load-aware
+// placement: the owners publish the primaries' weights, NewBounded places
+// two copies of every target, and the moves the weights cause come before
+// the scale-out, so both the weight-driven moves and the scale-out's hand
+// ranks over.
+func TestReplicationFactorTwoBounded(t *testing.T) {
+	replicationFactorTwo(t, "bounded")
+}
+
+func replicationFactorTwo(t *testing.T, placement string) {
 	needBinary(t)
 	const n, rf, count = 3, 2, 30
 	targets := startTargets(t, count, 2)
@@ -112,7 +125,7 @@ func TestReplicationFactorTwo(t *testing.T) {
 	for i := range nodes {
 		nodes[i] = newAgent(t, agentSpec{
 			name: fmt.Sprintf("node-%d", i+1), ip: fmt.Sprintf("127.0.0.%d", i+1), config: cfg, cluster: true, waitForSize: n,
-			extraArgs: []string{fmt.Sprintf("--cluster.replication-factor=%d", rf)},
+			extraArgs: []string{fmt.Sprintf("--cluster.replication-factor=%d", rf), "--cluster.placement=" + placement},
 		})
 	}
 	for _, a := range nodes {
@@ -149,6 +162,10 @@ func TestReplicationFactorTwo(t *testing.T) {
 	}
 	converged(nodes[:n])
 	waitServed(t, targets, time.Now(), 3*rf, convergeTimeout)
+	if placement == "bounded" {
+		waitWeightsPlaced(t, nodes[:n], len(targets))
+		converged(nodes[:n])
+	}
 
 	// Scale out: some ranks move to the newcomer, some from rank 1 to 0.
 	nodes[n].start()
@@ -173,6 +190,9 @@ func TestReplicationFactorTwo(t *testing.T) {
 	}
 	if err := checkSeriesClean(ups); err != nil {
 		fail(t, err)
+	}
+	if placement == "bounded" {
+		waitWeightsPlaced(t, nodes, len(targets))
 	}
 	recv.checkNoRejections(t)
 	if st := recv.Stats(); st.Dropped != 0 {
