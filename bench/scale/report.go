@@ -162,7 +162,7 @@ func Report(res Result, sims []sim.Members, command string) string {
 		writeProcesses(&b, res)
 	}
 	if len(sims) > 0 {
-		b.WriteString("\n**Membership simulation** (real cluster.Node members, memberlist with shoal's settings and metadata, over an in-memory network in one process (bench/sim memNet), in protocol time (a testing/synctest bubble: every timer runs on a clock that moves only when every member waits, so CPU costs no time and the network has no latency); times are the protocol's, a lower bound on a real network; bytes are exact; an update seen within 5ms was seen at the first poll. Gossip is settled once a 30 s window's rate is at most half the first window's and falls by less than a tenth from the window before; \"right after the joins\" is the first window after the ring was agreed):\n\n")
+		b.WriteString("\n**Membership simulation** (real cluster.Node members, memberlist with shoal's settings and metadata, over an in-memory network in one process (bench/sim memNet), in protocol time (a testing/synctest bubble: every timer runs on a clock that moves only when every member waits, so CPU costs no time and the network has no latency); times are the protocol's, a lower bound on a real network; bytes are exact; an update seen within 5ms was seen at the first poll. Gossip is settled once a 30 s window's rate is at most half the first window's (or at most 1 KB/s per member) and falls by less than a tenth from the window before; \"right after the joins\" is the first window after the ring was agreed):\n\n")
 		b.WriteString(sim.MembersReport(sims))
 		writeWeightsWire(&b)
 	}
