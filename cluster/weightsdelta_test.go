@@ -107,17 +107,23 @@ func manyWeights(n int) map[uint64]float64 {
 	return ws
 }
 
+// twoNodesWithASet starts two nodes (mutate as startStatic) and waits
+// until the second holds the first one's set ws.
+func twoNodesWithASet(t *testing.T, mutate func(*Config), ws map[uint64]float64) (a, b testNode) {
+	t.Helper()
+	nodes := startStatic(t, newTestNet(t), 2, mutate)
+	a, b = nodes[0], nodes[1]
+	testutil.EventuallyTrue(t, 10*time.Second, "two nodes see each other", func() bool { return len(a.Peers()) == 2 && len(b.Peers()) == 2 })
+	a.SetWeights(ws)
+	testutil.Eventually(t, 10*time.Second, "the first set reaches the peer", seesWeights(b.Node, a.cfg.NodeName, ws))
+	return a, b
+}
+
 // Once a peer holds a set, a change travels as a delta, and push/pull
 // carries versions only: neither grows with the set.
 func TestWeightChangesTravelAsDeltas(t *testing.T) {
-	tn := newTestNet(t)
-	nodes := startStatic(t, tn, 2, nil)
-	a, b := nodes[0], nodes[1]
-	testutil.EventuallyTrue(t, 10*time.Second, "two nodes see each other", func() bool { return len(a.Peers()) == 2 && len(b.Peers()) == 2 })
-
 	ws := manyWeights(10_000)
-	a.SetWeights(ws)
-	testutil.Eventually(t, 10*time.Second, "the first set reaches the peer", seesWeights(b.Node, a.cfg.NodeName, ws))
+	a, b := twoNodesWithASet(t, nil, ws)
 	testutil.EventuallyTrue(t, 10*time.Second, "the first set sent", func() bool { return weightsBytes(t, a, "delta") >= 10_000*12 })
 
 	sent := weightsBytes(t, a, "delta")
@@ -154,15 +160,9 @@ func TestWeightChangesTravelAsDeltas(t *testing.T) {
 // set whole: from the publisher when the next delta's base is not what it
 // holds, with no push/pull to help.
 func TestMissedWeightChangeIsRepairedByTheNextDelta(t *testing.T) {
-	tn := newTestNet(t)
-	nodes := startStatic(t, tn, 2, func(c *Config) {
+	a, b := twoNodesWithASet(t, func(c *Config) {
 		c.Memberlist = func(mc *memberlist.Config) { fastTimings(mc); mc.PushPullInterval = time.Hour }
-	})
-	a, b := nodes[0], nodes[1]
-	testutil.EventuallyTrue(t, 10*time.Second, "two nodes see each other", func() bool { return len(a.Peers()) == 2 && len(b.Peers()) == 2 })
-	v1 := map[uint64]float64{1: 1, 2: 2}
-	a.SetWeights(v1)
-	testutil.Eventually(t, 10*time.Second, "first set", seesWeights(b.Node, a.cfg.NodeName, v1))
+	}, map[uint64]float64{1: 1, 2: 2})
 
 	// b misses version 2: a sends it while b is not in its peer list.
 	a.mu.Lock()
@@ -193,13 +193,8 @@ func TestMissedWeightChangeIsRepairedByTheNextDelta(t *testing.T) {
 // A peer that missed the last change, with no delta to follow, learns of it
 // from push/pull's versions and asks for the set.
 func TestMissedWeightChangeIsRepairedByPushPull(t *testing.T) {
-	tn := newTestNet(t)
-	nodes := startStatic(t, tn, 2, nil)
-	a, b := nodes[0], nodes[1]
-	testutil.EventuallyTrue(t, 10*time.Second, "two nodes see each other", func() bool { return len(a.Peers()) == 2 && len(b.Peers()) == 2 })
 	want := map[uint64]float64{1: 1, 2: 2}
-	a.SetWeights(want)
-	testutil.Eventually(t, 10*time.Second, "first set", seesWeights(b.Node, a.cfg.NodeName, want))
+	a, b := twoNodesWithASet(t, nil, want)
 
 	// As if b had missed version 1: it holds an older version of a's set.
 	b.mu.Lock()

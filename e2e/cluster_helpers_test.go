@@ -243,3 +243,29 @@ func checkServedArrived(t *testing.T, recv *testReceiver, targets []*target) {
 		}
 	}
 }
+
+// killAndAwaitCoverage SIGKILLs victim and waits until every target in
+// orphans (addresses) is scraped again. It returns when the kill was and
+// how long after it the last orphan was scraped.
+func killAndAwaitCoverage(t *testing.T, victim *agent, orphans []string, targets []*target) (killed time.Time, covered time.Duration) {
+	t.Helper()
+	byAddr := map[string]*target{}
+	for _, tg := range targets {
+		byAddr[tg.addr] = tg
+	}
+	victim.kill()
+	killed = time.Now()
+	eventually(t, convergeTimeout, "every orphaned target scraped again", func() error {
+		covered = 0
+		for _, inst := range orphans {
+			at, ok := byAddr[inst].firstServedAfter(killed)
+			if !ok {
+				return fmt.Errorf("%s not scraped since the kill %v ago", inst, time.Since(killed).Round(time.Millisecond))
+			}
+			covered = max(covered, at.Sub(killed))
+		}
+		return nil
+	})
+	t.Logf("SIGKILL of %s (%d targets): every target scraped again after %v", victim.spec.name, len(orphans), covered.Round(time.Millisecond))
+	return killed, covered
+}

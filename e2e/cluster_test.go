@@ -184,28 +184,9 @@ func TestFailoverAfterSIGKILL(t *testing.T) {
 	}
 	survivors := []*agent{nodes[0], nodes[2]}
 
-	victim.kill()
-	killed := time.Now()
-	byAddr := map[string]*target{}
-	for _, tg := range targets {
-		byAddr[tg.addr] = tg
-	}
-
 	// Every orphan is scraped again. The time to full coverage is failure
 	// detection + hand-off delay + the first scrape's offset.
-	var covered time.Duration
-	eventually(t, convergeTimeout, "every orphaned target scraped again", func() error {
-		covered = 0
-		for _, inst := range orphans {
-			at, ok := byAddr[inst].firstServedAfter(killed)
-			if !ok {
-				return fmt.Errorf("%s not scraped since the kill %v ago", inst, time.Since(killed).Round(time.Millisecond))
-			}
-			covered = max(covered, at.Sub(killed))
-		}
-		return nil
-	})
-	t.Logf("SIGKILL of %s (%d targets): every target scraped again after %v", victim.spec.name, len(orphans), covered.Round(time.Millisecond))
+	killed, _ := killAndAwaitCoverage(t, victim, orphans, targets)
 
 	waitConverged(t, survivors, targets)
 	for _, a := range survivors {

@@ -335,26 +335,8 @@ func TestHandoffSIGKILL(t *testing.T) {
 	if len(orphans) == 0 {
 		fatalf(t, "%s owns nothing: %s", victim.spec.name, owners.summary())
 	}
-	byAddr := map[string]*target{}
-	for _, tg := range h.targets {
-		byAddr[tg.addr] = tg
-	}
-	victim.kill()
-	killed := time.Now()
+	killed, covered := killAndAwaitCoverage(t, victim, orphans, h.targets)
 	bound := failureDetection + handoffDelay + 2*scrapeInterval
-	var covered time.Duration
-	eventually(t, convergeTimeout, "every orphaned target scraped again", func() error {
-		covered = 0
-		for _, inst := range orphans {
-			at, ok := byAddr[inst].firstServedAfter(killed)
-			if !ok {
-				return fmt.Errorf("%s not scraped since the kill %v ago", inst, time.Since(killed).Round(time.Millisecond))
-			}
-			covered = max(covered, at.Sub(killed))
-		}
-		return nil
-	})
-	t.Logf("SIGKILL of %s (%d targets): all scraped again after %v (bound %v)", victim.spec.name, len(orphans), covered.Round(time.Millisecond), bound)
 	if covered > bound {
 		errorf(t, "coverage back after %v, bound failure detection + hand-off delay + 2 intervals = %v", covered, bound)
 	}
