@@ -463,3 +463,82 @@ func TestUnknownPlacementModeRefused(t *testing.T) {
 		t.Fatal("an unknown --cluster.placement was accepted")
 	}
 }
+
+// A key an alive publisher drops stays placed for droppedKeep while nobody
+// else publishes it: an old owner drops a key once its new owner
+// publishes it, and a node that has not heard of the new owner's join yet
+// does not list the new owner's set. Without this the key left the union
+// and its target moved to its plain-ring owner and back. A key that is
+// really gone (its owner stopped measuring it) leaves after droppedKeep,
+// and its owner does not take it back up meanwhile.
+func TestBoundedDroppedKeyStaysPlacedBriefly(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := start(t, Options{Placement: ModeBounded, Tokens: 64})
+		h.cl.becomeReady()
+		h.cl.setPeer(participant("b", cluster.Watermarks{}))
+		synctest.Wait()
+		placement := func() *bounded {
+			p, _, _ := h.filter.last()
+			b, ok := p.(*bounded)
+			if !ok {
+				t.Fatalf("placement %T, want bounded", p)
+			}
+			return b
+		}
+		ws := map[uint64]float64{}
+		for k := uint64(1); len(ws) < 20; k += 1 << 58 {
+			ws[k] = 10
+		}
+		h.cl.setWeights("b", cluster.NodeWeights{Version: 1, Weights: maps.Clone(ws)})
+		synctest.Wait()
+
+		// b drops a key nobody else publishes (handed to a node a does not
+		// list yet): it stays placed.
+		var handed uint64
+		for k := range ws {
+			if o := placement().Owners(k, 1, nil); o[0] == "b" {
+				handed = k
+				break
+			}
+		}
+		delete(ws, handed)
+		h.cl.setWeights("b", cluster.NodeWeights{Version: 2, Weights: maps.Clone(ws)})
+		synctest.Wait()
+		if !placement().Placed(handed) {
+			t.Fatal("a key its publisher dropped left the placed set at once")
+		}
+
+		// a's own target goes stale: a drops it, and it stays placed
+		// without a taking it back up.
+		var own uint64
+		for k := uint64(7); own == 0; k += 1 << 56 {
+			if o := placement().Owners(k, 1, nil); o[0] == "a" {
+				own = k
+			}
+		}
+		for range 12 {
+			h.c.Measured(scrape.Unit{Key: own}, 100, time.Second)
+		}
+		time.Sleep(DefaultWeightPeriod)
+		synctest.Wait()
+		if _, ok := h.cl.Weights()["a"].Weights[own]; !ok {
+			t.Fatal("a does not publish its measured target")
+		}
+		time.Sleep(2 * DefaultWeightPeriod)
+		synctest.Wait()
+		if _, ok := h.cl.Weights()["a"].Weights[own]; ok {
+			t.Fatal("a still publishes a target it stopped measuring, or took it back up")
+		}
+		if !placement().Placed(own) {
+			t.Fatal("the key a dropped left the placed set at once")
+		}
+		time.Sleep(DefaultWeightPeriod)
+		synctest.Wait()
+		if b := placement(); b.Placed(own) || b.Placed(handed) {
+			t.Fatalf("dropped keys still placed %v after they were dropped (own %v, handed %v)", DefaultWeightPeriod, b.Placed(own), b.Placed(handed))
+		}
+		if _, ok := h.cl.Weights()["a"].Weights[own]; ok {
+			t.Fatal("a took a dropped target back up")
+		}
+	})
+}
