@@ -207,17 +207,11 @@ func (w *weigher) union(sets map[string]cluster.NodeWeights) (map[uint64]float64
 	return u, digest(u)
 }
 
-// noteDroppedLocked keeps the keys of old that cur no longer has. A key
-// two publishers dropped keeps the larger weight, as the union does, so
-// that the order in which the drops arrive does not matter.
+// noteDroppedLocked keeps the keys of old that cur no longer has.
 func (w *weigher) noteDroppedLocked(old, cur map[uint64]float64, now time.Time) {
 	for k, v := range old {
 		if _, ok := cur[k]; !ok {
-			d := droppedKey{weight: v, until: now.Add(droppedKeep)}
-			if prev, ok := w.dropped[k]; ok && now.Before(prev.until) {
-				d.weight = max(d.weight, prev.weight)
-			}
-			w.dropped[k] = d
+			w.dropped[k] = droppedKey{weight: v, until: now.Add(droppedKeep)}
 		}
 	}
 }
