@@ -76,7 +76,6 @@ type weigher struct {
 	lostAt   map[uint64]time.Time // keys in mine this node is no longer primary of
 	seen     map[string]cluster.NodeWeights
 	departed map[string]departedSet // by name + "\xff" + incarnation
-	dropped  map[uint64]droppedKey  // keys alive publishers stopped publishing
 	placed   map[uint64]float64     // the union last placed
 }
 
@@ -91,7 +90,6 @@ func newWeigher(p ring.WeightPolicy, period time.Duration, now func() time.Time)
 		lostAt:   map[uint64]time.Time{},
 		seen:     map[string]cluster.NodeWeights{},
 		departed: map[string]departedSet{},
-		dropped:  map[uint64]droppedKey{},
 	}
 }
 
@@ -130,22 +128,6 @@ func (w *weigher) stale(e *estimate) time.Duration {
 // published without being measured here.
 const adoptedStale = 10 * time.Minute
 
-// droppedKey is a key an alive publisher stopped publishing, with the
-// weight it last had, kept until droppedKeep after that.
-type droppedKey struct {
-	weight float64
-	until  time.Time
-}
-
-// droppedKeep is how long a key an alive publisher dropped stays placed
-// while no other publisher has it. An old owner drops a key once the new
-// owner publishes it, and a node that has not heard of the new owner's
-// join yet does not list the new owner's set (cluster.Node.Weights lists
-// members only): without this, the key left its union until it heard of
-// the join, and its targets moved to their plain-ring owners and back
-// within 100 ms (a scrape lost to the fence in a bounded e2e scale-out).
-const droppedKeep = 5 * time.Second
-
 // union merges the published sets (sets: every alive node's latest, this
 // node's included) with the departed ones still in their grace period. A
 // key published twice (an old owner that has not dropped it yet) keeps its
@@ -157,9 +139,6 @@ func (w *weigher) union(sets map[string]cluster.NodeWeights) (map[uint64]float64
 	defer w.mu.Unlock()
 	for name, old := range w.seen {
 		if cur, ok := sets[name]; ok && cur.Incarnation == old.Incarnation {
-			if cur.Version != old.Version {
-				w.noteDroppedLocked(old.Weights, cur.Weights, now)
-			}
 			continue
 		}
 		w.departed[departedKey(name, old.Incarnation)] = departedSet{weights: old.Weights, until: now.Add(w.grace)}
@@ -197,23 +176,7 @@ func (w *weigher) union(sets map[string]cluster.NodeWeights) (map[uint64]float64
 	for _, d := range w.departed {
 		add(d.weights)
 	}
-	for k, d := range w.dropped {
-		if _, ok := u[k]; ok || !now.Before(d.until) {
-			delete(w.dropped, k) // covered by a publisher, or gone
-			continue
-		}
-		u[k] = d.weight
-	}
 	return u, digest(u)
-}
-
-// noteDroppedLocked keeps the keys of old that cur no longer has.
-func (w *weigher) noteDroppedLocked(old, cur map[uint64]float64, now time.Time) {
-	for k, v := range old {
-		if _, ok := cur[k]; !ok {
-			w.dropped[k] = droppedKey{weight: v, until: now.Add(droppedKeep)}
-		}
-	}
 }
 
 func departedKey(name string, inc int64) string {
@@ -270,12 +233,9 @@ func (w *weigher) publish(p scrape.Placement, self string, u map[uint64]float64,
 	}
 	next := make(map[uint64]float64, len(w.mine))
 	// Adopt what this node is now primary of: the target stays placed with
-	// the weight it had while this node's own estimate grows. A key only a
-	// dropped entry keeps placed is not adopted: its publisher dropped it
-	// because it is gone (stale), or because a new owner this node does
-	// not list yet publishes it.
+	// the weight it had while this node's own estimate grows.
 	for k, v := range u {
-		if _, dropped := w.dropped[k]; dropped || !primary(k) {
+		if !primary(k) {
 			continue
 		}
 		e := w.est[k]
