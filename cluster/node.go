@@ -1086,6 +1086,8 @@ func (d *delegate) NotifyMsg(b []byte) {
 	switch {
 	case len(b) > 0 && b[0] == msgMeta:
 		n.receiveMetaPush(b)
+	case n.cfg.noWeightDeltas:
+		n.receiveWeights(b) // as a node of an older version: deltas are garbage
 	case len(b) > 0 && b[0] == msgWeightsDelta:
 		n.receiveWeightsDelta(b)
 	case len(b) > 0 && b[0] == msgWeightsWant:
@@ -1106,7 +1108,7 @@ func (d *delegate) MergeRemoteState(buf []byte, join bool) {
 	n := (*Node)(d)
 	switch {
 	case len(buf) == 0:
-	case buf[0] == msgWeightsSummary:
+	case buf[0] == msgWeightsSummary && !n.cfg.noWeightDeltas:
 		n.receiveWeightsSummary(buf)
 	default:
 		n.receiveWeights(buf)

@@ -81,58 +81,31 @@ func decodeWeights(b []byte) (map[string]NodeWeights, error) {
 	if len(b) == 0 || b[0] != msgWeights {
 		return nil, errors.New("not a weights message")
 	}
-	b = b[1:]
+	r := &wireReader{b: b[1:]}
 	out := map[string]NodeWeights{}
-	uvarint := func() (uint64, error) {
-		v, n := binary.Uvarint(b)
-		if n <= 0 {
-			return 0, errShortWeights
+	for r.err == nil && len(r.b) > 0 {
+		name := r.name()
+		w := NodeWeights{Incarnation: r.varint(), Version: r.uvarint()}
+		cnt := r.count(12)
+		if r.err != nil {
+			return nil, fmt.Errorf("node %q: %w", name, r.err)
 		}
-		b = b[n:]
-		return v, nil
-	}
-	for len(b) > 0 {
-		l, err := uvarint()
-		if err != nil {
-			return nil, err
-		}
-		if l == 0 || l > uint64(len(b)) {
-			return nil, fmt.Errorf("bad node name length %d", l)
-		}
-		name := string(b[:l])
-		b = b[l:]
-		inc, n := binary.Varint(b)
-		if n <= 0 {
-			return nil, errShortWeights
-		}
-		b = b[n:]
-		ver, err := uvarint()
-		if err != nil {
-			return nil, err
-		}
-		cnt, err := uvarint()
-		if err != nil {
-			return nil, err
-		}
-		if cnt > maxWeightsPerNode || cnt*12 > uint64(len(b)) {
-			return nil, fmt.Errorf("node %q: %d weights in %d bytes", name, cnt, len(b))
-		}
-		ws := make(map[uint64]float64, cnt)
+		w.Weights = make(map[uint64]float64, cnt)
 		for range cnt {
-			k := binary.LittleEndian.Uint64(b)
-			v := float64(math.Float32frombits(binary.LittleEndian.Uint32(b[8:])))
-			b = b[12:]
+			k := r.u64()
+			v := float64(math.Float32frombits(binary.LittleEndian.Uint32(r.b)))
+			r.b = r.b[4:]
 			if !(v > 0) || math.IsInf(v, 0) {
 				return nil, fmt.Errorf("node %q: weight %v for key %016x", name, v, k)
 			}
-			ws[k] = v
+			w.Weights[k] = v
 		}
 		if _, dup := out[name]; dup {
 			return nil, fmt.Errorf("node %q listed twice", name)
 		}
-		out[name] = NodeWeights{Incarnation: inc, Version: ver, Weights: ws}
+		out[name] = w
 	}
-	return out, nil
+	return out, r.err
 }
 
 // SetWeights publishes this node's per-target weights (key → weight; only

@@ -287,10 +287,6 @@ func (n *Node) badWeightsMsg(err error) {
 // receiveWeightsDelta applies a publisher's delta when this node holds its
 // base, and otherwise asks the publisher for the whole set.
 func (n *Node) receiveWeightsDelta(b []byte) {
-	if n.cfg.noWeightDeltas {
-		n.receiveWeights(b) // as a node of an older version: garbage
-		return
-	}
 	d, err := decodeWeightsDelta(b)
 	if err != nil {
 		n.badWeightsMsg(err)
@@ -323,10 +319,6 @@ func (n *Node) receiveWeightsDelta(b []byte) {
 // receiveWeightsSummary asks the summary's sender for every set it holds in
 // a newer version than this node.
 func (n *Node) receiveWeightsSummary(b []byte) {
-	if n.cfg.noWeightDeltas {
-		n.receiveWeights(b)
-		return
-	}
 	sender, vs, err := decodeWeightsSummary(b)
 	if err != nil {
 		n.badWeightsMsg(err)
@@ -347,10 +339,6 @@ func (n *Node) receiveWeightsSummary(b []byte) {
 
 // receiveWeightsWant queues the answer to a peer that asks for sets whole.
 func (n *Node) receiveWeightsWant(b []byte) {
-	if n.cfg.noWeightDeltas {
-		n.receiveWeights(b)
-		return
-	}
 	from, names, err := decodeWeightsWant(b)
 	if err != nil {
 		n.badWeightsMsg(err)
