@@ -104,6 +104,15 @@ func BenchmarkNewBounded(b *testing.B) {
 				}
 				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(targets), "ns/target")
 			})
+			// NewSticky from a settled placement: every key with its owner.
+			owned := withOwners(NewSticky(r, ts, 0, 1), ts)
+			b.Run(fmt.Sprintf("sticky/nodes=%d/targets=%d", nodes, targets), func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					NewSticky(r, owned, 0, 1)
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(targets), "ns/target")
+			})
 		}
 	}
 }

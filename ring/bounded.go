@@ -17,6 +17,9 @@ const DefaultLoadBound = 1.10
 type Load struct {
 	Key    uint64
 	Weight float64
+	// Owner is the node that scrapes the target as primary now (its
+	// publisher), "" when unknown. Only NewSticky reads it.
+	Owner string
 }
 
 // Bounded is a bounded-load placement (consistent hashing with bounded
@@ -59,22 +62,7 @@ func NewBounded(r *Ring, targets []Load, c float64, rf int) *Bounded {
 	rf = min(rf, n)
 
 	ts := slices.Clone(targets)
-	valid, cnt := 0.0, 0
-	for _, t := range ts {
-		if t.Weight > 0 && !math.IsInf(t.Weight, 0) {
-			valid += t.Weight
-			cnt++
-		}
-	}
-	def := 1.0
-	if cnt > 0 {
-		def = valid / float64(cnt)
-	}
-	for i := range ts {
-		if !(ts[i].Weight > 0) || math.IsInf(ts[i].Weight, 0) {
-			ts[i].Weight = def
-		}
-	}
+	validWeights(ts)
 	// By key, the largest weight first, so Compact keeps it.
 	slices.SortFunc(ts, func(a, b Load) int {
 		if c := cmp.Compare(a.Key, b.Key); c != 0 {
@@ -103,21 +91,8 @@ func NewBounded(r *Ring, targets []Load, c float64, rf int) *Bounded {
 	// everywhere, so when a join or a leave shifts the capacity the
 	// overflow that cascades along the order is made of light targets,
 	// which move few samples. Classes rather than exact weights keep the
-	// order itself from changing with every republished weight. ts is
-	// sorted by key, so ordering indexes by class then index is ordering
-	// by class then key.
-	order := make([]int32, len(ts))
-	class := make([]int, len(ts))
-	for i, t := range ts {
-		order[i] = int32(i)
-		class[i] = weightClass(t.Weight)
-	}
-	slices.SortFunc(order, func(x, y int32) int {
-		if c := cmp.Compare(class[y], class[x]); c != 0 {
-			return c
-		}
-		return cmp.Compare(x, y)
-	})
+	// order itself from changing with every republished weight.
+	order := heaviestFirst(ts)
 	for _, i := range order {
 		o := b.owners[int(i)*b.rf : int(i)*b.rf+rf]
 		for k := range o {

@@ -174,13 +174,13 @@ func TestBoundedEdgeCases(t *testing.T) {
 	if len(nilB.Owners(1, 1, nil)) != 0 || nilB.Primary(1) != "" || nilB.Load("a") != 0 || nilB.Placed(1) || nilB.Len() != 0 || nilB.Nodes() != nil {
 		t.Error("nil placement must be empty")
 	}
-	empty := NewBounded(New(nil, 0), []Load{{1, 1}}, 0, 1)
+	empty := NewBounded(New(nil, 0), []Load{{Key: 1, Weight: 1}}, 0, 1)
 	if len(empty.Owners(1, 1, nil)) != 0 || empty.Primary(1) != "" {
 		t.Error("an empty ring owns nothing")
 	}
 	// rf above the node count gives every node; weights that are missing
 	// or bad count as the mean of the valid ones.
-	one := NewBounded(New([]string{"a", "b"}, 8), []Load{{1, 0}, {2, math.NaN()}, {3, 4}, {4, math.Inf(1)}, {5, -1}}, 0, 5)
+	one := NewBounded(New([]string{"a", "b"}, 8), []Load{{Key: 1}, {Key: 2, Weight: math.NaN()}, {Key: 3, Weight: 4}, {Key: 4, Weight: math.Inf(1)}, {Key: 5, Weight: -1}}, 0, 5)
 	if got := one.Owners(3, 5, nil); len(got) != 2 {
 		t.Errorf("rf 5 on 2 nodes: owners %v", got)
 	}
@@ -195,7 +195,7 @@ func TestBoundedEdgeCases(t *testing.T) {
 	}
 	// A target larger than any node's room still gets an owner: the least
 	// loaded node.
-	huge := []Load{{10, 1}, {20, 1}, {30, 1000}}
+	huge := []Load{{Key: 10, Weight: 1}, {Key: 20, Weight: 1}, {Key: 30, Weight: 1000}}
 	b := NewBounded(New(nodeNames(3), 16), huge, 1.1, 1)
 	if b.Primary(30) == "" || b.Load(b.Primary(30)) < 1000 {
 		t.Errorf("the oversized target has owner %q with load %v", b.Primary(30), b.Load(b.Primary(30)))
