@@ -25,9 +25,10 @@ const (
 	maxHTTPAddrLen = 256
 	// maxKubeNodeLen is a Kubernetes node name's limit (a DNS subdomain);
 	// with the HTTP address it must stay within maxMetaStrings, which
-	// leaves room for the watermarks and the scrape configuration ids.
+	// leaves room for the watermarks, the scrape configuration ids, the
+	// sequence number, the features and the capabilities.
 	maxKubeNodeLen = 253
-	maxMetaStrings = 260
+	maxMetaStrings = 224
 	// maxLabelLen is memberlist's limit on the cluster label.
 	maxLabelLen = 255
 )
@@ -108,6 +109,12 @@ type Config struct {
 	// (from the downward API), gossiped in the node metadata so that every
 	// node knows who scrapes node-local targets. Default: none.
 	KubeNode string
+
+	// Capabilities are bits a higher layer sets to tell its peers what its
+	// version can do (placement.Capabilities); they travel in the node
+	// metadata as they are and come back in Peer.Capabilities. The cluster
+	// does not read them. Default: none.
+	Capabilities uint64
 
 	// Resolver resolves Join host names and a host-name AdvertiseAddr.
 	// Default: net.DefaultResolver. See ResolverFor.

@@ -56,6 +56,9 @@ type Peer struct {
 	// ScrapeConfig is the scrape configuration the peer runs and the one it
 	// still places by (zero from older versions).
 	ScrapeConfig ConfigIDs
+	// Capabilities are the peer's Config.Capabilities (zero from older
+	// versions).
+	Capabilities uint64
 
 	metaSeq uint64 // nodeMeta.Seq of what this node holds (metapush.go)
 	pushes  bool   // the peer reads metadata pushes
@@ -68,7 +71,7 @@ func (p Peer) same(o Peer) bool {
 	return p.Name == o.Name && p.Addr == o.Addr && p.HTTPAddr == o.HTTPAddr &&
 		p.KubeNode == o.KubeNode && p.State == o.State && p.Self == o.Self &&
 		p.StartTime.Equal(o.StartTime) && p.Handoff == o.Handoff &&
-		slices.Equal(p.Carried, o.Carried) && p.ScrapeConfig == o.ScrapeConfig &&
+		slices.Equal(p.Carried, o.Carried) && p.ScrapeConfig == o.ScrapeConfig && p.Capabilities == o.Capabilities &&
 		p.metaSeq == o.metaSeq && p.pushes == o.pushes && p.deltas == o.deltas
 }
 
@@ -994,6 +997,7 @@ func peerFrom(name, addr string, m nodeMeta, st State) Peer {
 		p.ScrapeConfig = m.configIDs()
 		p.metaSeq, p.pushes = m.Seq, m.Features&featureMetaPush != 0
 		p.deltas = m.Features&featureWeightDeltas != 0
+		p.Capabilities = m.Caps
 	}
 	return p
 }
@@ -1055,6 +1059,7 @@ func (n *Node) metaLocked() []byte {
 		Lamport:   n.metaClock,
 		Seq:       n.metaSeq,
 		Features:  n.features(),
+		Caps:      n.cfg.Capabilities,
 		Carried:   carriedMeta(n.carried),
 		ConfigCur: n.configIDs.Cur, ConfigPrev: n.configIDs.Prev,
 		FencedSeq: n.watermarks.FencedSeq, FencedRing: n.watermarks.FencedRing,

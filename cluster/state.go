@@ -129,6 +129,8 @@ type nodeMeta struct {
 	// versions.
 	Seq      uint64 `json:"q,omitempty"`
 	Features uint64 `json:"f,omitempty"`
+	// Config.Capabilities; absent in older versions.
+	Caps uint64 `json:"k,omitempty"`
 }
 
 // Carry says that a node holds, not yet delivered, the unsent samples that

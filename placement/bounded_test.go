@@ -2,6 +2,7 @@ package placement
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"math/rand/v2"
 	"slices"
@@ -10,6 +11,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -215,7 +217,12 @@ func TestBoundedConvergesToOnePlacement(t *testing.T) {
 }
 
 // The placement depends on the gossiped state only, never on the order in
-// which peers and their weight sets arrived.
+// which peers and their weight sets arrived. A node of this version places
+// from the current owners, and its own set is part of that state: it
+// publishes (adopts) what it owned on the way, so the order of events may
+// leave it in another state; the placement it follows is then the one that
+// state gives, and the same state gives the same placement. With a peer
+// of an older version every order gives the same placement.
 func TestBoundedSamePlacementFromAnyOrderOfEvents(t *testing.T) {
 	sets := map[string]cluster.NodeWeights{}
 	r := rand.New(rand.NewPCG(5, 6))
@@ -230,48 +237,61 @@ func TestBoundedSamePlacementFromAnyOrderOfEvents(t *testing.T) {
 		}
 		sets[name] = cluster.NodeWeights{Incarnation: 1, Version: 1, Weights: ws}
 	}
-	var want uint64
-	var wantOwners map[uint64][]string
-	for trial := range 8 {
-		synctest.Test(t, func(t *testing.T) {
-			h := start(t, Options{Placement: ModeBounded, Tokens: 64})
-			h.cl.becomeReady()
-			events := []func(){}
-			for name, s := range sets {
-				events = append(events,
-					func() { h.cl.setPeer(participant(name, cluster.Watermarks{})) },
-					func() { h.cl.setWeights(name, s) })
-			}
-			rand.New(rand.NewPCG(uint64(trial), 9)).Shuffle(len(events), func(i, j int) { events[i], events[j] = events[j], events[i] })
-			for _, e := range events {
-				e()
-				if trial%2 == 1 {
-					synctest.Wait() // sometimes every event is seen alone
-				}
-			}
-			synctest.Wait()
-			p, _, _ := h.filter.last()
-			b, ok := p.(*bounded)
-			if !ok {
-				t.Fatalf("filter got %T", p)
-			}
-			owners := map[uint64][]string{}
-			for _, s := range sets {
-				for k := range s.Weights {
-					owners[k] = b.Owners(k, 1, nil)
-				}
-			}
-			if trial == 0 {
-				want, wantOwners = RingID(b), owners
-				return
-			}
-			if RingID(b) != want {
-				t.Fatalf("trial %d: generation %x, first trial %x", trial, RingID(b), want)
-			}
-			for k, o := range owners {
-				if !slices.Equal(o, wantOwners[k]) {
-					t.Fatalf("trial %d: key %x owned by %v, first trial %v", trial, k, o, wantOwners[k])
-				}
+	for _, older := range []bool{false, true} {
+		t.Run(fmt.Sprintf("older-peer=%v", older), func(t *testing.T) {
+			byState := map[uint64]uint64{} // the final state → its generation
+			var first uint64
+			for trial := range 8 {
+				synctest.Test(t, func(t *testing.T) {
+					h := start(t, Options{Placement: ModeBounded, Tokens: 64})
+					h.cl.becomeReady()
+					events := []func(){}
+					for name, s := range sets {
+						p := participant(name, cluster.Watermarks{})
+						if older && name == "d" {
+							p.Capabilities = 0
+						}
+						events = append(events,
+							func() { h.cl.setPeer(p) },
+							func() { h.cl.setWeights(name, s) })
+					}
+					rand.New(rand.NewPCG(uint64(trial), 9)).Shuffle(len(events), func(i, j int) { events[i], events[j] = events[j], events[i] })
+					for _, e := range events {
+						e()
+						if trial%2 == 1 {
+							synctest.Wait() // sometimes every event is seen alone
+						}
+					}
+					synctest.Wait()
+					p, _, _ := h.filter.last()
+					b, ok := p.(*bounded)
+					if !ok {
+						t.Fatalf("filter got %T", p)
+					}
+					if b.sticky == older {
+						t.Fatalf("sticky placement %v with a peer of an older version %v", b.sticky, older)
+					}
+					final := h.cl.Weights()
+					u, ud := newWeigher(ring.DefaultWeightPolicy(), DefaultWeightPeriod, time.Now).union(final)
+					if want := buildBounded(h.cl.Peers(), 64, 1, u, ud, final); RingID(b) != RingID(want) {
+						t.Fatalf("trial %d: generation %x, the final state gives %x", trial, RingID(b), RingID(want))
+					}
+					// setsDigest names a state within one cluster (versions
+					// count publications); across trials compare contents.
+					state := uint64(0)
+					for name, ws := range final {
+						state ^= xxhash.Sum64String(name) * (digest(ws.Weights) | 1)
+					}
+					if g, ok := byState[state]; ok && g != RingID(b) {
+						t.Fatalf("trial %d: generation %x, an earlier trial with the same state %x", trial, RingID(b), g)
+					}
+					byState[state] = RingID(b)
+					if trial == 0 {
+						first = RingID(b)
+					} else if older && RingID(b) != first {
+						t.Fatalf("trial %d: generation %x, first trial %x", trial, RingID(b), first)
+					}
+				})
 			}
 		})
 	}
@@ -395,8 +415,8 @@ func TestBoundedWeightsSurviveCrashWithinGrace(t *testing.T) {
 	})
 }
 
-// A node that loses a target (here: a weight change moves it) keeps
-// publishing it until the new owner does, so the placed set never lacks it.
+// A node that loses a target (here: to a node that joins) keeps publishing
+// it until the new owner does, so the placed set never lacks it.
 func TestBoundedLostTargetStaysPublishedUntilNewOwnerPublishes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := start(t, Options{Placement: ModeBounded, Tokens: 64})
@@ -421,20 +441,25 @@ func TestBoundedLostTargetStaysPublishedUntilNewOwnerPublishes(t *testing.T) {
 		if w := h.cl.Weights()["a"].Weights[key]; w != 100 {
 			t.Fatalf("a publishes %v for its target, want 100", w)
 		}
-		// b publishes three heavy targets whose ring owner is a: a is full
-		// after the first two (the third fits nowhere and goes to the less
-		// loaded a), so key moves to b by a weight change alone.
-		heavy := map[uint64]float64{}
-		for k := uint64(3); len(heavy) < 3; k += 1 << 54 {
-			if o := p.Owners(k, 1, nil); o[0] == "a" && k != key {
-				heavy[k] = 1000
+		// b publishes targets of its own, so that key is not heavier than
+		// a node's mean; then a node joins whose share of the ring has key:
+		// its new home, below the mean, takes it.
+		own := map[uint64]float64{}
+		for i := range uint64(5) {
+			own[0xf000000000000000+i] = 100
+		}
+		h.cl.setWeights("b", cluster.NodeWeights{Version: 1, Weights: own})
+		x := ""
+		for i := 0; x == ""; i++ {
+			if n := fmt.Sprintf("x%d", i); ring.New([]string{"a", "b", n}, 64).Primary(key) == n {
+				x = n
 			}
 		}
-		h.cl.setWeights("b", cluster.NodeWeights{Version: 1, Weights: heavy})
+		h.cl.setPeer(participant(x, cluster.Watermarks{}))
 		synctest.Wait()
 		p, _, _ = h.filter.last()
-		if o := p.Owners(key, 1, nil); o[0] != "b" {
-			t.Fatalf("key %x owned by %v after the weight change, want b", key, o)
+		if o := p.Owners(key, 1, nil); o[0] != x {
+			t.Fatalf("key %x owned by %v after %s joined, want %s", key, o, x, x)
 		}
 		if _, ok := h.cl.Weights()["a"].Weights[key]; !ok {
 			t.Fatal("a dropped a lost target before its new owner published it")
@@ -448,8 +473,7 @@ func TestBoundedLostTargetStaysPublishedUntilNewOwnerPublishes(t *testing.T) {
 		if _, ok := h.cl.Weights()["a"].Weights[key]; !ok {
 			t.Fatal("a dropped a lost target because another old owner publishes it")
 		}
-		heavy[key] = 100
-		h.cl.setWeights("b", cluster.NodeWeights{Version: 2, Weights: heavy})
+		h.cl.setWeights(x, cluster.NodeWeights{Version: 1, Weights: map[uint64]float64{key: 100}})
 		synctest.Wait()
 		if _, ok := h.cl.Weights()["a"].Weights[key]; ok {
 			t.Fatal("a still publishes a target its new owner publishes")
@@ -462,4 +486,49 @@ func TestUnknownPlacementModeRefused(t *testing.T) {
 	if err == nil {
 		t.Fatal("an unknown --cluster.placement was accepted")
 	}
+}
+
+// A sticky placement's generation is its result: a publication that moves
+// no target (a weight that changes and leaves every owner where it is) is
+// no new generation, so nothing is fenced or handed off; one that moves a
+// target is.
+func TestBoundedGenerationIsTheResult(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := start(t, Options{Placement: ModeBounded, Tokens: 64})
+		h.cl.becomeReady()
+		h.cl.setPeer(participant("b", cluster.Watermarks{}))
+		ws := map[uint64]float64{}
+		r := rand.New(rand.NewPCG(11, 12))
+		for range 40 {
+			ws[r.Uint64()] = 10
+		}
+		h.cl.setWeights("b", cluster.NodeWeights{Incarnation: 1, Version: 1, Weights: maps.Clone(ws)})
+		synctest.Wait()
+		first := placementOf(t, &boundedNode{name: "a", c: h.c})
+		if !first.sticky {
+			t.Fatal("peers of this version do not place from the current owners")
+		}
+		k := slices.Min(slices.Collect(maps.Keys(ws)))
+		ws[k] = 10.001
+		h.cl.setWeights("b", cluster.NodeWeights{Incarnation: 1, Version: 2, Weights: maps.Clone(ws)})
+		synctest.Wait()
+		second := placementOf(t, &boundedNode{name: "a", c: h.c})
+		if second == first {
+			t.Fatal("a new publication was not placed")
+		}
+		for key := range ws {
+			if o, was := second.Owners(key, 1, nil), first.Owners(key, 1, nil); !slices.Equal(o, was) {
+				t.Fatalf("a weight change of 0.01%% moved %x from %v to %v", key, was, o)
+			}
+		}
+		if RingID(second) != RingID(first) {
+			t.Fatalf("a weight change that moves nothing is generation %x, was %x", RingID(second), RingID(first))
+		}
+		ws[k] = 1e6 // larger than the limit on b: it moves, or others do
+		h.cl.setWeights("b", cluster.NodeWeights{Incarnation: 1, Version: 3, Weights: maps.Clone(ws)})
+		synctest.Wait()
+		if third := placementOf(t, &boundedNode{name: "a", c: h.c}); RingID(third) == RingID(first) {
+			t.Fatal("a weight change that moves targets kept the generation")
+		}
+	})
 }

@@ -431,16 +431,33 @@ func buildRing(peers []cluster.Peer, tokens int) *ring.Ring {
 }
 
 // buildBounded places the published weights u on the participants' ring
-// with bounded loads. Its generation covers the participants and the
-// weights, so a weight change alone is a new generation to hand off.
-func buildBounded(peers []cluster.Peer, tokens, rf int, u map[uint64]float64, digest uint64) *bounded {
+// with bounded loads, starting from the current owners (the publishers in
+// sets, ring.NewSticky) when every participant does so (placesSticky).
+// Then its generation is its result: a publication that moves no target
+// is not a new generation to hand off. Otherwise (a participant of an
+// older version, which places with ring.NewBounded) it places as that
+// version does, and its generation covers the participants and the
+// weights.
+func buildBounded(peers []cluster.Peer, tokens, rf int, u map[uint64]float64, digest uint64, sets map[string]cluster.NodeWeights) *bounded {
 	r := buildRing(peers, tokens)
-	id := ringID(r) ^ (digest * 0x9e3779b97f4a7c15)
-	if id == 0 {
-		id = 1
+	if placesSticky(peers) {
+		b := ring.NewSticky(r, ownedLoads(u, sets), 0, rf)
+		return &bounded{Bounded: b, id: nonZero(b.Digest() ^ stickySalt), sticky: true}
 	}
+	id := nonZero(ringID(r) ^ (digest * 0x9e3779b97f4a7c15))
 	return &bounded{Bounded: ring.NewBounded(r, loads(u), 0, rf), id: id}
 }
+
+func nonZero(id uint64) uint64 {
+	if id == 0 {
+		return 1
+	}
+	return id
+}
+
+// stickySalt keeps a sticky placement's generation apart from a plain
+// ring's and an older version's, which hash other inputs.
+const stickySalt = 0x5ac4e1d7a9b3f201
 
 // Run follows membership until ctx is done: it promotes this node from
 // viewer to participant once the cluster is ready, rebuilds the ring when
@@ -566,6 +583,9 @@ func (c *Coordinator) updateOnce() bool {
 		sets = c.cl.Weights()
 		u, digest = c.weigher.union(sets)
 		key += fmt.Sprintf("\xff%016x", digest)
+		if placesSticky(peers) {
+			key += fmt.Sprintf("\xffsticky %016x", setsDigest(sets))
+		}
 	}
 	c.mu.Lock()
 	full := c.publishDue
@@ -578,9 +598,9 @@ func (c *Coordinator) updateOnce() bool {
 	}
 	var r scrape.Placement
 	if c.weigher != nil {
-		b := buildBounded(peers, c.opts.Tokens, c.opts.ReplicationFactor, u, digest)
+		b := buildBounded(peers, c.opts.Tokens, c.opts.ReplicationFactor, u, digest, sets)
 		c.metrics.setPlaced(b, c.opts.NodeName, len(u))
-		c.logger.Debug("New bounded-load placement", "generation", fmt.Sprintf("%016x", b.id), "placed", len(u), "weights", fmt.Sprintf("%016x", digest), "participants", b.Nodes(), "sets", setsSummary(sets))
+		c.logger.Debug("New bounded-load placement", "generation", fmt.Sprintf("%016x", b.id), "sticky", b.sticky, "placed", len(u), "weights", fmt.Sprintf("%016x", digest), "participants", b.Nodes(), "sets", setsSummary(sets))
 		r = b
 	} else {
 		r = buildRing(peers, c.opts.Tokens)

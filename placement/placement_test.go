@@ -36,7 +36,7 @@ type fakeCluster struct {
 
 func newFakeCluster(self string) *fakeCluster {
 	return &fakeCluster{
-		self:    cluster.Peer{Name: self, Self: true, State: cluster.Viewer},
+		self:    cluster.Peer{Name: self, Self: true, State: cluster.Viewer, Capabilities: Capabilities},
 		peers:   map[string]cluster.Peer{},
 		weights: map[string]cluster.NodeWeights{},
 		readyCh: make(chan struct{}),
@@ -344,8 +344,9 @@ func start(t *testing.T, opts Options) *harness {
 	return h
 }
 
+// participant is a participating peer of this version.
 func participant(name string, wm cluster.Watermarks) cluster.Peer {
-	return cluster.Peer{Name: name, State: cluster.Participant, Handoff: wm}
+	return cluster.Peer{Name: name, State: cluster.Participant, Handoff: wm, Capabilities: Capabilities}
 }
 
 func TestPromotionAndRingRebuild(t *testing.T) {

@@ -40,7 +40,29 @@ const DefaultWeightPeriod = 10 * time.Second
 // same owners and the same id.
 type bounded struct {
 	*ring.Bounded
-	id uint64
+	id     uint64
+	sticky bool // placed by ring.NewSticky
+}
+
+// Capabilities are what this version's placement tells its peers it can
+// do (cluster.Config.Capabilities).
+const Capabilities = capSticky
+
+// capSticky says the node places bounded loads starting from the current
+// owners (ring.NewSticky). A cluster places that way only when every
+// participant says so: a node of an older version places from scratch
+// (ring.NewBounded), and two placements would disagree on owners.
+const capSticky uint64 = 1 << 0
+
+// placesSticky reports whether every participant in peers places with
+// ring.NewSticky.
+func placesSticky(peers []cluster.Peer) bool {
+	for _, p := range peers {
+		if p.State == cluster.Participant && p.Capabilities&capSticky == 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // RingID implements the generation of a placement for RingID.
@@ -192,6 +214,46 @@ func digest(u map[uint64]float64) uint64 {
 	for _, k := range keys {
 		binary.LittleEndian.PutUint64(b[:8], k)
 		binary.LittleEndian.PutUint64(b[8:], math.Float64bits(u[k]))
+		_, _ = d.Write(b[:])
+	}
+	return d.Sum64()
+}
+
+// ownedLoads turns a union into NewSticky's input: every key of u once
+// without an owner (a departed publisher's, or one nobody alive publishes),
+// and once more per alive node in sets that publishes it, with that node as
+// its owner. Every entry has the union's weight.
+func ownedLoads(u map[uint64]float64, sets map[string]cluster.NodeWeights) []ring.Load {
+	n := len(u)
+	for _, s := range sets {
+		n += len(s.Weights)
+	}
+	out := make([]ring.Load, 0, n)
+	for k, v := range u {
+		out = append(out, ring.Load{Key: k, Weight: v})
+	}
+	for name, s := range sets {
+		for k := range s.Weights {
+			if v, ok := u[k]; ok {
+				out = append(out, ring.Load{Key: k, Weight: v, Owner: name})
+			}
+		}
+	}
+	return out
+}
+
+// setsDigest identifies who publishes what: each alive publisher's name,
+// incarnation and version. A sticky placement reads the publishers, so a
+// change of one of them is a new input even when the union is not.
+func setsDigest(sets map[string]cluster.NodeWeights) uint64 {
+	var d xxhash.Digest
+	d.Reset()
+	var b [16]byte
+	for _, name := range slices.Sorted(maps.Keys(sets)) {
+		s := sets[name]
+		_, _ = d.WriteString(name)
+		binary.LittleEndian.PutUint64(b[:8], uint64(s.Incarnation))
+		binary.LittleEndian.PutUint64(b[8:], s.Version)
 		_, _ = d.Write(b[:])
 	}
 	return d.Sum64()

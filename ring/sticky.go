@@ -19,17 +19,21 @@ import (
 // leaving a full node let the light ones that had overflowed from it come
 // back, and every full node shed light targets when the mean shifted.
 //
-// The primary owners are placed in two passes, heaviest first (by weight
-// class) and by key within a class, as in NewBounded:
+// The primary owners are placed in four steps; each goes over the targets
+// the earlier steps left, heaviest first (by weight class) and by key
+// within a class, as in NewBounded:
 //
-//  1. a target whose current owner is its plain-ring owner (its home) stays
-//     there while the home's load stays within the limit (c × the mean);
-//  2. every other target goes home if the home is still below the mean (a
-//     joiner fills up with its share; the targets of a node that left go to
-//     their new home), else stays with its current owner while that owner
-//     is within the limit, else walks the ring from its key to the first
-//     node below (1+c)/2 × the mean, else to the first within the limit,
-//     else to the least loaded node.
+//  1. keep: a target whose current owner is its plain-ring owner (its
+//     home) stays there while the home's load stays within the limit
+//     (c × the mean);
+//  2. pull: a target goes home while the home stays below the mean (a
+//     joiner fills up with its share; the targets of a node that left go
+//     to their new home);
+//  3. stay: a target stays with its current owner while that owner stays
+//     within the limit;
+//  4. walk: a target goes to the first node clockwise from its key whose
+//     load stays below (1+c)/2 × the mean, else to the first within the
+//     limit, else to the least loaded node.
 //
 // Filling by walking only to halfway between the mean and the limit
 // leaves most nodes below the limit, so a join (the mean, and with it the
@@ -73,14 +77,24 @@ func NewSticky(r *Ring, targets []Load, c float64, rf int) *Bounded {
 	}
 	order := heaviestFirst(ts)
 	p := stickyPass{b: b, mean: mean, fill: (1 + c) / 2 * mean, limit: c * mean}
-	rest := make([]int32, 0, len(ts))
-	for _, i := range order {
-		if !p.keep(i, ts[i], owner[i]) {
-			rest = append(rest, i)
+	// Each step goes over what the earlier ones left, in order. Taking the
+	// steps one after the other, rather than every step for one target
+	// before the next, makes the result a fixed point: placed again from
+	// its own owners, a target it pulled home is kept there, one it left
+	// with its owner stays, one it walked stays where it went, and each
+	// step finds the loads it found before.
+	rest := order
+	for _, step := range []func(int32, Load, int32) bool{p.keep, p.pull, p.stay} {
+		next := rest[:0:0]
+		for _, i := range rest {
+			if !step(i, ts[i], owner[i]) {
+				next = append(next, i)
+			}
 		}
+		rest = next
 	}
 	for _, i := range rest {
-		p.move(i, ts[i], owner[i])
+		p.put(i, ts[i].Weight, p.walk(ts[i], nil))
 	}
 	p.fill, p.limit = (1+c)/2*float64(rf)*mean, b.limit
 	for k := 1; k < rf; k++ {
@@ -207,18 +221,23 @@ func (p *stickyPass) keep(i int32, t Load, cur int32) bool {
 	return true
 }
 
-// move places a target that keep did not: home while the home is below
-// the mean, else where it is while that fits, else along the walk.
-func (p *stickyPass) move(i int32, t Load, cur int32) {
-	load := p.b.load
-	switch h := p.home(t.Key); {
-	case load[h]+t.Weight <= p.mean:
-		p.put(i, t.Weight, h)
-	case cur >= 0 && load[cur]+t.Weight <= p.limit:
-		p.put(i, t.Weight, cur)
-	default:
-		p.put(i, t.Weight, p.walk(t, nil))
+// pull places target i at its home while the home stays below the mean.
+func (p *stickyPass) pull(i int32, t Load, _ int32) bool {
+	h := p.home(t.Key)
+	if p.b.load[h]+t.Weight > p.mean {
+		return false
 	}
+	p.put(i, t.Weight, h)
+	return true
+}
+
+// stay places target i with its current owner while that fits.
+func (p *stickyPass) stay(i int32, t Load, cur int32) bool {
+	if cur < 0 || p.b.load[cur]+t.Weight > p.limit {
+		return false
+	}
+	p.put(i, t.Weight, cur)
+	return true
 }
 
 // walk returns the first node clockwise from t's key, not in have, whose

@@ -255,3 +255,59 @@ func TestStickyEdgeCases(t *testing.T) {
 		t.Error("every key needs an owner")
 	}
 }
+
+// Placed again from its own owners, a placement moves nothing, whatever it
+// started from (random owners, some unknown), as long as every node is
+// within the limit. When a target fits nowhere (small clusters with targets
+// near a node's mean) it goes to the least loaded node, which may be
+// another one the next time: placed again, such a placement settles within
+// two more placements.
+func TestStickyIsAFixedPoint(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 22))
+	within, over, moved := 0, 0, 0
+	for trial := range 3000 {
+		names := nodeNames(2 + rng.IntN(6))
+		r := New(names, 16)
+		ts := make([]Load, 5+rng.IntN(60))
+		for i := range ts {
+			ts[i] = Load{Key: rng.Uint64(), Weight: float64(1 + rng.IntN(100))}
+			if rng.IntN(10) == 0 {
+				ts[i].Weight *= 20
+			}
+			if o := rng.IntN(len(names) + 1); o < len(names) {
+				ts[i].Owner = names[o]
+			}
+		}
+		first := NewSticky(r, ts, 0, 1)
+		full := false
+		for _, n := range names {
+			full = full || first.Load(n) > first.Limit()
+		}
+		again := NewSticky(r, withOwners(first, ts), 0, 1)
+		if !full {
+			within++
+			if again.Digest() != first.Digest() {
+				t.Fatalf("trial %d (%d nodes, %d targets): placed again from its owners, %.0f%% of the weight moved",
+					trial, len(names), len(ts), 100*movedShare(first, again, ts))
+			}
+			continue
+		}
+		over++
+		cur := first
+		for n := 0; ; n++ {
+			next := NewSticky(r, withOwners(cur, ts), 0, 1)
+			if next.Digest() == cur.Digest() {
+				break
+			}
+			moved++
+			if n == 2 {
+				t.Fatalf("trial %d (%d nodes, %d targets, over the limit): still moving after 3 placements", trial, len(names), len(ts))
+			}
+			cur = next
+		}
+	}
+	t.Logf("%d placements within the limit, %d over it (%d further moves)", within, over, moved)
+	if within < 500 || over < 500 {
+		t.Fatalf("%d placements within the limit and %d over it: the cases are not both covered", within, over)
+	}
+}
