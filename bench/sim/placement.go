@@ -23,6 +23,10 @@ const (
 	DesignHashmod  = "hashmod"
 	DesignWeighted = "weighted tokens"
 	DesignBounded  = "bounded load"
+	// DesignBoundedScratch is bounded load placed from scratch every time
+	// (ring.NewBounded, what versions before sticky placement did): the
+	// same balance, more movement.
+	DesignBoundedScratch = "bounded load, from scratch"
 	// DesignBoundedLocal is bounded load over each node's own discovered
 	// targets instead of the gossiped set: the same placement while views
 	// agree, shown only where they disagree.
@@ -48,7 +52,10 @@ type PlacementConfig struct {
 	HourRounds int
 	// MaxRounds bounds a convergence run.
 	MaxRounds int
-	// Leavers is how many different nodes leave in turn (averaged).
+	// Leavers is how many different nodes join, and how many leave, in
+	// turn (each from the converged cluster; averaged): which node joins
+	// or leaves decides how much it takes or leaves, so one of each is
+	// not a measurement.
 	Leavers int
 	// Seed makes the noise reproducible.
 	Seed uint64
@@ -63,7 +70,7 @@ func DefaultPlacementConfig() PlacementConfig {
 		Noise:      0.20,
 		HourRounds: 60,
 		MaxRounds:  40,
-		Leavers:    2,
+		Leavers:    8,
 		Seed:       1,
 	}
 }
@@ -315,10 +322,11 @@ func (s *weightedSim) clone() designSim {
 
 // ---- bounded-load consistent hashing ----
 
-// boundedSim is ring.NewBounded on today's 512-token ring. Each target's
-// weight is published by its owner through ring.WeightPolicy (smoothed by
-// the owner, restarted on a change of owner, republished only outside the
-// tolerance band). With local set, each node places the targets its own
+// boundedSim is ring.NewSticky (ring.NewBounded with scratch) on today's
+// 512-token ring. Each target's weight is published by its owner through
+// ring.WeightPolicy (smoothed by the owner, restarted on a change of owner,
+// republished only outside the tolerance band), and its publisher is its
+// current owner. With local set, each node places the targets its own
 // discovery sees; otherwise it places the published set, which is gossiped
 // state and so the same on every node.
 type boundedSim struct {
@@ -326,6 +334,7 @@ type boundedSim struct {
 	pol       ring.WeightPolicy
 	c         float64
 	local     bool
+	scratch   bool
 	names     []string
 	published []float64       // per target; 0 unknown
 	smooth    []ring.Estimate // per target, by its current owner
@@ -333,8 +342,8 @@ type boundedSim struct {
 	r         *ring.Ring
 }
 
-func newBounded(ts []Target, names []string, pol ring.WeightPolicy, c float64, local bool) *boundedSim {
-	s := &boundedSim{ts: ts, pol: pol, c: c, local: local, names: slices.Clone(names)}
+func newBounded(ts []Target, names []string, pol ring.WeightPolicy, c float64, local, scratch bool) *boundedSim {
+	s := &boundedSim{ts: ts, pol: pol, c: c, local: local, scratch: scratch, names: slices.Clone(names)}
 	s.published = make([]float64, len(ts))
 	s.smooth = make([]ring.Estimate, len(ts))
 	s.sowner = make([]int, len(ts))
@@ -355,9 +364,17 @@ func (s *boundedSim) ownersSeen(seen []bool) []int {
 		if s.local && seen != nil && !seen[i] {
 			continue
 		}
-		loads = append(loads, ring.Load{Key: t.Key, Weight: s.published[i]})
+		l := ring.Load{Key: t.Key, Weight: s.published[i]}
+		if o := s.sowner[i]; o >= 0 {
+			l.Owner = s.names[o] // its owner publishes it
+		}
+		loads = append(loads, l)
 	}
-	b := ring.NewBounded(s.r, loads, s.c, 1)
+	place := ring.NewSticky
+	if s.scratch {
+		place = ring.NewBounded
+	}
+	b := place(s.r, loads, s.c, 1)
 	idx := indexOf(s.names)
 	out := make([]int, len(s.ts))
 	for i, t := range s.ts {
@@ -430,9 +447,11 @@ func newDesign(design string, ts []Target, names []string, c PlacementConfig) de
 	case DesignWeighted:
 		return newWeighted(ts, names, c.Tokens)
 	case DesignBounded:
-		return newBounded(ts, names, c.Weights, c.BoundC, false)
+		return newBounded(ts, names, c.Weights, c.BoundC, false, false)
+	case DesignBoundedScratch:
+		return newBounded(ts, names, c.Weights, c.BoundC, false, true)
 	case DesignBoundedLocal:
-		return newBounded(ts, names, c.Weights, c.BoundC, true)
+		return newBounded(ts, names, c.Weights, c.BoundC, true, false)
 	}
 	panic("unknown design " + design)
 }
@@ -530,14 +549,16 @@ func SimulatePlacement(design string, n int, ts []Target, c PlacementConfig) Pla
 	res.MaxMeanTargets, res.MaxMeanSamples = balance(ts, owners, n)
 	converged := base.d.clone()
 
-	// One node joins the converged cluster.
-	j := fresh(converged.clone(), 2)
-	j.prev = namesOf(owners, converged.nodes())
-	j.d.join("shoal-" + strconv.Itoa(n))
-	settled, now, rounds := j.settle(c.MaxRounds)
-	res.JoinNow, res.JoinSettled, res.SettleRounds = now, settled, rounds
-
-	// Nodes leave in turn (each from the converged cluster).
+	// Nodes join in turn (each the converged cluster), then leave.
+	for k := range c.Leavers {
+		j := fresh(converged.clone(), 200+uint64(k))
+		j.prev = namesOf(owners, converged.nodes())
+		j.d.join("shoal-" + strconv.Itoa(n+k))
+		settled, now, rounds := j.settle(c.MaxRounds)
+		res.JoinNow += now / float64(c.Leavers)
+		res.JoinSettled += settled / float64(c.Leavers)
+		res.SettleRounds = max(res.SettleRounds, rounds)
+	}
 	leavers := min(c.Leavers, n-1)
 	for k := range leavers {
 		l := fresh(converged.clone(), 3+uint64(k))
@@ -707,7 +728,7 @@ func namesOf0(owners []int, names []string) []string {
 }
 
 // Designs is the order of the report.
-var Designs = []string{DesignRing, DesignHashmod, DesignWeighted, DesignBounded}
+var Designs = []string{DesignRing, DesignHashmod, DesignWeighted, DesignBoundedScratch, DesignBounded}
 
 // PlacementReport runs every design at every size for uniform and skewed
 // targets and returns the Markdown tables.
@@ -720,11 +741,14 @@ func PlacementReport(sizes []int, targets int, c PlacementConfig) string {
 		"measures its load and publishes new state for the next round. "+
 		"*weighted tokens*: `ring.NewWeighted`, each node's token count from its measured load (`sim.TokenPolicy`: the sum of its targets' smoothed loads, "+
 		"dead band ±%.0f%% of the mean, gain %.2f, step at most ×%.2f, %d–%d tokens). "+
-		"*bounded load*: `ring.NewBounded` on today's ring with c = %.2f (the heaviest weight class first, key order within a class, each target to the first node clockwise "+
-		"whose load stays within c × the mean) over the targets whose weights their owners published (`ring.WeightPolicy`: first published after %d measurements, "+
+		"*bounded load, from scratch*: `ring.NewBounded` on today's ring with c = %.2f (the heaviest weight class first, key order within a class, each target to the first node clockwise "+
+		"whose load stays within c × the mean; what shoal did before it placed from the current owners, and still does while a participant of an older version takes part) "+
+		"over the targets whose weights their owners published (`ring.WeightPolicy`: first published after %d measurements, "+
 		"smoothing %.2f, republished only when the estimate leaves ±%.0f%%). "+
+		"*bounded load*: `ring.NewSticky`, the same weights and bound placed from the current owners (the publishers): a target stays at home or with its owner while they stay within the bound, "+
+		"goes home while its home is below the mean, and otherwise walks to the first node below halfway between the mean and the bound. "+
 		"Balance is measured once converged, without noise; \"at once\" is the first round after the change, \"settled\" sums every move until the published state stops changing "+
-		"(leave averaged over %d different leaving nodes, so today's ring differs slightly from the ring table's average over 10); "+
+		"(join and leave each averaged over %d different joining and leaving nodes, so today's ring differs slightly from the ring table's average over 10); "+
 		"churn is one hour of steady state with every target's load redrawn every round within ±%.0f%%, and \"worst\" is the worst max/mean samples "+
 		"during that hour. With one scrape interval for every target, series and samples/s are the same measure.\n\n",
 		targets, c.HourRounds, 100*p.Tolerance, p.Gain, p.MaxStep, p.MinTokens, p.MaxTokens, c.BoundC, w.MinSamples, w.Smoothing, 100*w.Tolerance, c.Leavers, 100*c.Noise)

@@ -36,12 +36,15 @@ func TestBoundedLoadMeetsTargets(t *testing.T) {
 	}
 }
 
-// The ring rows of the placement table are the ring table's figures.
+// The ring rows of the placement table are the ring table's figures (with
+// one joiner, the ring table's).
 func TestPlacementRingMatchesRingTable(t *testing.T) {
 	ts := Targets(2000, 100, 50, 0.02)
 	names := NodeNames(10)
 	b := RingBalance(names, 512, ts)
-	p := SimulatePlacement(DesignRing, 10, ts, DefaultPlacementConfig())
+	c := DefaultPlacementConfig()
+	c.Leavers = 1
+	p := SimulatePlacement(DesignRing, 10, ts, c)
 	if p.MaxMeanSamples != b.MaxMeanSamples || p.MaxMeanTargets != b.MaxMeanTargets {
 		t.Fatalf("placement sim says %.3f/%.3f, ring table %.3f/%.3f", p.MaxMeanTargets, p.MaxMeanSamples, b.MaxMeanTargets, b.MaxMeanSamples)
 	}
@@ -109,5 +112,37 @@ func TestPlacementReportSmoke(t *testing.T) {
 		if !strings.Contains(rep, "| "+d+" | 3 |") {
 			t.Errorf("report lacks the %s row:\n%s", d, rep)
 		}
+	}
+}
+
+// Bounded load placed from the current owners meets the movement goals at
+// 100 nodes (issue 24: a join or a leave moves at most 1.1/N of the samples
+// with uniform targets and 1.5/N with skewed ones, max/mean at most 1.10),
+// with weights measured and published by the owners; placed from scratch
+// it does not with skewed targets (2.0/N and 2.3/N when this was written).
+func TestBoundedMovementGoalsAtHundredNodes(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		skew, large float64
+		goal        float64
+	}{
+		{"uniform", 0, 0, 1.1},
+		{"skewed", 50, 0.02, 1.5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ts := Targets(10000, 100, tc.skew, tc.large)
+			r := SimulatePlacement(DesignBounded, 100, ts, DefaultPlacementConfig())
+			join, leave := 100*r.JoinSettled, 100*r.LeaveSettled
+			t.Logf("join %.2f/N, leave %.2f/N, max/mean %.3f", join, leave, r.MaxMeanSamples)
+			if join > tc.goal || leave > tc.goal || r.MaxMeanSamples > 1.10 {
+				t.Errorf("join %.2f/N, leave %.2f/N (goal %.1f/N), max/mean %.3f (goal 1.10)", join, leave, tc.goal, r.MaxMeanSamples)
+			}
+			if tc.skew > 0 {
+				s := SimulatePlacement(DesignBoundedScratch, 100, ts, DefaultPlacementConfig())
+				if 100*s.JoinSettled <= tc.goal && 100*s.LeaveSettled <= tc.goal {
+					t.Errorf("placed from scratch, a join moves %.2f/N and a leave %.2f/N: the comparison measures nothing", 100*s.JoinSettled, 100*s.LeaveSettled)
+				}
+			}
+		})
 	}
 }
