@@ -6,6 +6,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -531,4 +532,70 @@ func TestBoundedGenerationIsTheResult(t *testing.T) {
 			t.Fatal("a weight change that moves targets kept the generation")
 		}
 	})
+}
+
+// A node running ModeBounded places with bounded loads only while every
+// participant does: one that runs ring keeps the cluster on the ring (and
+// this node publishes no weights meanwhile), and so does a node of an older
+// version until it publishes weights, which it does only in ModeBounded.
+func TestBoundedOnlyWhenEveryParticipantRunsIt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := start(t, Options{Placement: ModeBounded, Tokens: 64})
+		h.cl.becomeReady()
+		onRing := participant("b", cluster.Watermarks{})
+		onRing.Capabilities = Capabilities(ModeRing)
+		h.cl.setPeer(onRing)
+		synctest.Wait()
+		isRing := func(want bool) {
+			t.Helper()
+			p, _, _ := h.filter.last()
+			if _, ok := p.(*ring.Ring); ok != want {
+				t.Fatalf("placement %T, want the plain ring: %v", p, want)
+			}
+			if mode, _, _ := h.c.Loads(); (mode == ModeRing) != want {
+				t.Fatalf("Loads reports mode %s", mode)
+			}
+			if got := testutil.ToFloat64(h.c.metrics.ringFallback); got != b2f(want) {
+				t.Fatalf("shoal_placement_ring_fallback %v", got)
+			}
+		}
+		isRing(true)
+		if _, ok := h.cl.Weights()["a"]; ok {
+			t.Fatal("a published weights while the cluster places on the ring")
+		}
+		if !strings.Contains(h.log.String(), "Placing targets on the plain ring") || !strings.Contains(h.log.String(), "participants=[b]") {
+			t.Fatalf("the fallback to the ring is not logged with who causes it:\n%s", h.log.String())
+		}
+		// b restarts running bounded.
+		h.cl.setPeer(participant("b", cluster.Watermarks{}))
+		synctest.Wait()
+		isRing(false)
+		if _, ok := h.cl.Weights()["a"]; !ok {
+			t.Fatal("a publishes no weights once the cluster places with bounded loads")
+		}
+		// A node of an older version (no capabilities) joins: the ring
+		// until it publishes weights, then bounded loads placed from
+		// scratch, as it places them.
+		h.cl.setPeer(cluster.Peer{Name: "c", State: cluster.Participant})
+		synctest.Wait()
+		isRing(true)
+		h.cl.setWeights("c", cluster.NodeWeights{Incarnation: 1, Version: 1, Weights: map[uint64]float64{}})
+		synctest.Wait()
+		isRing(false)
+		if b := placementOf(t, &boundedNode{name: "a", c: h.c}); b.sticky {
+			t.Fatal("placed from the current owners with a participant of an older version")
+		}
+	})
+}
+
+// --cluster.placement's default is bounded loads.
+func TestDefaultModeIsBounded(t *testing.T) {
+	c, err := New(Options{NodeName: "a"}, newFakeCluster("a"), &fakeFence{}, &fakeWAL{}, &fakeRemote{}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if c.opts.Placement != ModeBounded || c.weigher == nil || Modes[0] != ModeBounded {
+		t.Fatalf("default mode %q (weigher %v), Modes %v", c.opts.Placement, c.weigher != nil, Modes)
+	}
 }

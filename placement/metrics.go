@@ -16,9 +16,9 @@ type metrics struct {
 	// Scrape configuration agreement (config.go).
 	driftPeers, steppedAside, placingByPrev prometheus.Gauge
 	// ModeBounded.
-	published, placed, load, limit prometheus.Gauge
-	generations                    prometheus.Counter
-	group                          *promreg.Group
+	published, placed, load, limit, ringFallback prometheus.Gauge
+	generations                                  prometheus.Counter
+	group                                        *promreg.Group
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -80,14 +80,18 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "shoal_placement_load_limit",
 			Help: "Load every node is held to by the bounded-load placement: 1.10 × replication factor × the mean.",
 		}),
+		ringFallback: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "shoal_placement_ring_fallback",
+			Help: "1 while this node runs --cluster.placement=bounded but places on the plain ring because a participant does not (it runs ring, or an older version that publishes no weights).",
+		}),
 		generations: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "shoal_placement_generations_total",
-			Help: "Bounded-load placements built because the participants or the published weights changed; each is a hand-off generation.",
+			Help: "Bounded-load placements built because the participants or the published weights changed; one that moves a target is a new hand-off generation.",
 		}),
 	}
 	cs := []prometheus.Collector{m.fencedSeq, m.ackedSeq, m.holds, m.holdSeconds, m.holdTimeouts, m.contested, m.contestTimeouts,
 		m.driftPeers, m.steppedAside, m.placingByPrev,
-		m.published, m.placed, m.load, m.limit, m.generations}
+		m.published, m.placed, m.load, m.limit, m.ringFallback, m.generations}
 	g, err := promreg.Register(reg, cs...)
 	if err != nil {
 		return nil, fmt.Errorf("placement: %w", err)

@@ -135,7 +135,7 @@ type Options struct {
 	// TerminateGrace bounds how long Terminate waits for this node's last
 	// samples to be acknowledged before shutdown goes on.
 	TerminateGrace time.Duration
-	// Placement is ModeRing or ModeBounded; "" means ModeRing.
+	// Placement is ModeBounded or ModeRing; "" means DefaultMode.
 	Placement string
 	// WeightPolicy turns measurements into published weights (ModeBounded);
 	// zero fields take ring.DefaultWeightPolicy's.
@@ -185,7 +185,7 @@ func (o Options) withDefaults() Options {
 		o.TerminateGrace = DefaultTerminateGrace
 	}
 	if o.Placement == "" {
-		o.Placement = ModeRing
+		o.Placement = DefaultMode
 	}
 	if o.WeightPeriod <= 0 {
 		o.WeightPeriod = DefaultWeightPeriod
@@ -220,8 +220,10 @@ type Coordinator struct {
 	view        scrape.View // what the filter places by (View), of generation viewGen
 	viewGen     uint64
 	ring        scrape.Placement
-	ringKey     string // participants, self state and weights of ring, to skip no-op updates
-	publishDue  bool   // ModeBounded: apply the WeightPolicy at the next update
+	ringKey     string   // participants, self state and weights of ring, to skip no-op updates
+	ringPeers   []string // ModeBounded: the participants that keep the cluster on the ring
+	modeLogged  bool     // ModeBounded: the placement mode has been logged once
+	publishDue  bool     // ModeBounded: apply the WeightPolicy at the next update
 	terminating bool
 	fencedAny   bool // Fence was called since the last Fenced
 	fencedSeq   uint64
@@ -575,12 +577,17 @@ func (c *Coordinator) updateOnce() bool {
 		}
 	}
 	var (
-		sets   map[string]cluster.NodeWeights
-		u      map[uint64]float64
-		digest uint64
+		sets    map[string]cluster.NodeWeights
+		u       map[uint64]float64
+		digest  uint64
+		bounded bool
 	)
 	if c.weigher != nil {
 		sets = c.cl.Weights()
+		bounded = c.boundedAgreed(peers, sets)
+	}
+	key += fmt.Sprintf("\xffbounded=%v", bounded)
+	if bounded {
 		u, digest = c.weigher.union(sets)
 		key += fmt.Sprintf("\xff%016x", digest)
 		if placesSticky(peers) {
@@ -597,7 +604,7 @@ func (c *Coordinator) updateOnce() bool {
 		return c.publishWeights(r, u, sets, full)
 	}
 	var r scrape.Placement
-	if c.weigher != nil {
+	if bounded {
 		b := buildBounded(peers, c.opts.Tokens, c.opts.ReplicationFactor, u, digest, sets)
 		c.metrics.setPlaced(b, c.opts.NodeName, len(u))
 		c.logger.Debug("New bounded-load placement", "generation", fmt.Sprintf("%016x", b.id), "sticky", b.sticky, "placed", len(u), "weights", fmt.Sprintf("%016x", digest), "participants", b.Nodes(), "sets", setsSummary(sets))
@@ -617,8 +624,8 @@ func (c *Coordinator) updateOnce() bool {
 // publishWeights publishes this node's weights under placement r, built
 // from the union u of sets; it reports whether they changed.
 func (c *Coordinator) publishWeights(r scrape.Placement, u map[uint64]float64, sets map[string]cluster.NodeWeights, full bool) bool {
-	if c.weigher == nil || r == nil {
-		return false
+	if _, ok := r.(*bounded); c.weigher == nil || !ok {
+		return false // ModeRing, or the cluster places on the ring (boundedAgreed)
 	}
 	mine := c.weigher.publish(r, c.opts.NodeName, u, publishedByOthers(sets, c.opts.NodeName), full)
 	// The first publication goes out even empty: it replaces what peers
@@ -647,7 +654,8 @@ type NodeLoad struct {
 	Load, Limit float64
 }
 
-// Loads returns the placement mode and, with ModeBounded, each
+// Loads returns the placement mode in force (ModeRing while the cluster
+// places on the ring, whatever this node runs) and, with ModeBounded, each
 // participant's placed load; MeasuredRate is this node's own measured
 // samples/s of the targets it scrapes as primary.
 func (c *Coordinator) Loads() (mode string, loads map[string]NodeLoad, measuredRate float64) {
@@ -656,13 +664,13 @@ func (c *Coordinator) Loads() (mode string, loads map[string]NodeLoad, measuredR
 	c.mu.Unlock()
 	b, ok := r.(*bounded)
 	if !ok || b == nil {
-		return c.opts.Placement, nil, 0
+		return ModeRing, nil, 0
 	}
 	loads = map[string]NodeLoad{}
 	for _, n := range b.Nodes() {
 		loads[n] = NodeLoad{Load: b.Load(n), Limit: b.Limit()}
 	}
-	return c.opts.Placement, loads, c.weigher.selfRate()
+	return ModeBounded, loads, c.weigher.selfRate()
 }
 
 // Terminate takes this node off the ring and waits, for at most the

@@ -36,7 +36,7 @@ type fakeCluster struct {
 
 func newFakeCluster(self string) *fakeCluster {
 	return &fakeCluster{
-		self:    cluster.Peer{Name: self, Self: true, State: cluster.Viewer, Capabilities: Capabilities},
+		self:    cluster.Peer{Name: self, Self: true, State: cluster.Viewer, Capabilities: Capabilities(ModeBounded)},
 		peers:   map[string]cluster.Peer{},
 		weights: map[string]cluster.NodeWeights{},
 		readyCh: make(chan struct{}),
@@ -324,6 +324,11 @@ func start(t *testing.T, opts Options) *harness {
 		log: &shoaltest.LogBuffer{}, done: make(chan struct{}),
 	}
 	opts.NodeName = "a"
+	if opts.Placement == "" {
+		// The hand-off tests place on the plain ring, whose owners they
+		// compute; the bounded tests ask for ModeBounded.
+		opts.Placement = ModeRing
+	}
 	c, err := New(opts, h.cl, h.fence, h.wal, h.remote, slog.New(slog.NewTextHandler(h.log, nil)), h.reg)
 	if err != nil {
 		t.Fatal(err)
@@ -346,7 +351,7 @@ func start(t *testing.T, opts Options) *harness {
 
 // participant is a participating peer of this version.
 func participant(name string, wm cluster.Watermarks) cluster.Peer {
-	return cluster.Peer{Name: name, State: cluster.Participant, Handoff: wm, Capabilities: Capabilities}
+	return cluster.Peer{Name: name, State: cluster.Participant, Handoff: wm, Capabilities: Capabilities(ModeBounded)}
 }
 
 func TestPromotionAndRingRebuild(t *testing.T) {

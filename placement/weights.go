@@ -27,8 +27,13 @@ const (
 	ModeBounded = "bounded"
 )
 
+// DefaultMode is --cluster.placement's default, the one place it is
+// written: bounded loads, which every participant must run for the cluster
+// to place that way (boundedAgreed).
+const DefaultMode = ModeBounded
+
 // Modes lists the placement modes, the default first.
-var Modes = []string{ModeRing, ModeBounded}
+var Modes = []string{ModeBounded, ModeRing}
 
 // DefaultWeightPeriod is how often a node publishes the weights of the
 // targets it owns: each publication can move targets, so it is rare; the
@@ -44,25 +49,44 @@ type bounded struct {
 	sticky bool // placed by ring.NewSticky
 }
 
-// Capabilities are what this version's placement tells its peers it can
-// do (cluster.Config.Capabilities).
-const Capabilities = capSticky
+// Capabilities are what a node of this version running placement mode
+// tells its peers (cluster.Config.Capabilities).
+func Capabilities(mode string) uint64 {
+	if mode == ModeBounded {
+		return capSticky | capBounded
+	}
+	return capSticky
+}
 
-// capSticky says the node places bounded loads starting from the current
-// owners (ring.NewSticky). A cluster places that way only when every
-// participant says so: a node of an older version places from scratch
-// (ring.NewBounded), and two placements would disagree on owners.
-const capSticky uint64 = 1 << 0
+const (
+	// capSticky says the node places bounded loads starting from the
+	// current owners (ring.NewSticky). A cluster places that way only when
+	// every participant says so: a node of an older version places from
+	// scratch (ring.NewBounded), and two placements would disagree on
+	// owners.
+	capSticky uint64 = 1 << 0
+	// capBounded says the node runs ModeBounded. A cluster places with
+	// bounded loads only when every participant does; otherwise every node
+	// places on the ring, so that a rollout that changes the mode (or the
+	// default) never has two placements at once.
+	capBounded uint64 = 1 << 1
+)
 
 // placesSticky reports whether every participant in peers places with
 // ring.NewSticky.
 func placesSticky(peers []cluster.Peer) bool {
+	return len(lacking(peers, capSticky)) == 0
+}
+
+// lacking lists the participants in peers that do not announce capability.
+func lacking(peers []cluster.Peer, capability uint64) []string {
+	var out []string
 	for _, p := range peers {
-		if p.State == cluster.Participant && p.Capabilities&capSticky == 0 {
-			return false
+		if p.State == cluster.Participant && p.Capabilities&capability == 0 {
+			out = append(out, p.Name)
 		}
 	}
-	return true
+	return out
 }
 
 // RingID implements the generation of a placement for RingID.
@@ -376,4 +400,38 @@ func (w *weigher) selfRate() float64 {
 		}
 	}
 	return s
+}
+
+// boundedAgreed reports whether the cluster places with bounded loads:
+// this node runs ModeBounded (it has a weigher) and so does every
+// participant, by its capabilities or, for a node of an older version,
+// which announces none, by its published weights (such a node publishes a
+// set, empty at first, only in ModeBounded). Otherwise every node of this
+// version places on the ring. A change is logged.
+func (c *Coordinator) boundedAgreed(peers []cluster.Peer, sets map[string]cluster.NodeWeights) bool {
+	var ring []string
+	for _, p := range peers {
+		_, publishes := sets[p.Name]
+		switch {
+		case p.State != cluster.Participant:
+		case p.Capabilities&capBounded != 0:
+		case p.Capabilities == 0 && publishes:
+		default:
+			ring = append(ring, p.Name)
+		}
+	}
+	c.mu.Lock()
+	changed := !slices.Equal(ring, c.ringPeers) || !c.modeLogged
+	c.ringPeers, c.modeLogged = ring, true
+	c.mu.Unlock()
+	switch {
+	case !changed:
+	case len(ring) == 0:
+		c.logger.Info("Placing targets with bounded loads: every participant runs --cluster.placement=bounded")
+	default:
+		c.logger.Warn("Placing targets on the plain ring although this node runs --cluster.placement=bounded: these participants run ring (or a version that cannot say); the cluster places with bounded loads once every participant does",
+			"participants", ring)
+	}
+	c.metrics.ringFallback.Set(b2f(len(ring) > 0))
+	return len(ring) == 0
 }

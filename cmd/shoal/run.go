@@ -545,7 +545,7 @@ func (a *agent) newClusterNode() (*cluster.Node, error) {
 	cfg.KubernetesLabelSelector = f.kubeLabelSelector
 	cfg.KubernetesNamespace = f.kubeNamespace
 	cfg.KubeNode = f.kubeNodeName
-	cfg.Capabilities = placement.Capabilities
+	cfg.Capabilities = placement.Capabilities(f.placement)
 	if f.kubeconfig != "" && f.kubeLabelSelector != "" {
 		kc, ns, err := kubeClientFromFile(f.kubeconfig)
 		if err != nil {
