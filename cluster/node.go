@@ -681,6 +681,7 @@ func (n *Node) selfLocked() Peer {
 		Carried:   slices.Clone(n.carried),
 		// What this node announces, as peers see it.
 		ScrapeConfig: n.configIDs,
+		Capabilities: n.cfg.Capabilities,
 	}
 }
 

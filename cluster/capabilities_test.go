@@ -1,0 +1,39 @@
+package cluster
+
+import (
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Config.Capabilities travel in the metadata as they are, absent ones
+// (older versions) read as zero, and Self says what peers see: a layer that
+// asks every participant, this node included, must find them on itself too.
+func TestCapabilitiesInMetadataAndSelf(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.NodeName, cfg.ListenAddr, cfg.Capabilities = "n1", "127.0.0.1:0", 0b101
+	n, err := New(cfg, nil, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := n.Self().Capabilities; got != 0b101 {
+		t.Fatalf("Self().Capabilities = %b, want 101", got)
+	}
+	n.mu.Lock()
+	b := n.metaLocked()
+	n.mu.Unlock()
+	m, st, err := decodeMeta(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := peerFrom("n1", "a:1", m, st); p.Capabilities != 0b101 {
+		t.Fatalf("a peer reads capabilities %b, want 101", p.Capabilities)
+	}
+	m, st, err = decodeMeta([]byte(`{"v":1,"s":"participant","t":1700000000000,"l":12}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := peerFrom("old", "a:1", m, st); p.Capabilities != 0 {
+		t.Fatalf("older metadata reads capabilities %b", p.Capabilities)
+	}
+}
