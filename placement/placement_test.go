@@ -324,11 +324,6 @@ func start(t *testing.T, opts Options) *harness {
 		log: &shoaltest.LogBuffer{}, done: make(chan struct{}),
 	}
 	opts.NodeName = "a"
-	if opts.Placement == "" {
-		// The hand-off tests place on the plain ring, whose owners they
-		// compute; the bounded tests ask for ModeBounded.
-		opts.Placement = ModeRing
-	}
 	c, err := New(opts, h.cl, h.fence, h.wal, h.remote, slog.New(slog.NewTextHandler(h.log, nil)), h.reg)
 	if err != nil {
 		t.Fatal(err)
