@@ -35,6 +35,11 @@ import (
 //     load stays below (1+c)/2 × the mean, else to the first within the
 //     limit, else to the least loaded node.
 //
+// When that leaves a node above the limit (a target fits nowhere because
+// lighter ones kept their places first), the placement is NewBounded's
+// from scratch instead; placed again from its owners, the next one starts
+// from there.
+//
 // Filling by walking only to halfway between the mean and the limit
 // leaves most nodes below the limit, so a join (the mean, and with it the
 // limit, drops by 1/N) sheds little. The replicas (ranks 1 to rf-1) are
@@ -95,6 +100,14 @@ func NewSticky(r *Ring, targets []Load, c float64, rf int) *Bounded {
 	}
 	for _, i := range rest {
 		p.put(i, ts[i].Weight, p.walk(ts[i], nil))
+	}
+	if slices.Max(b.load) > p.limit {
+		// A target fits nowhere: its owners and homes hold lighter
+		// targets that kept their places first (when the weights are
+		// first published, every target's owner is its home). From
+		// scratch, the heaviest go first; placed again from that
+		// placement's owners, the next placement keeps them.
+		return NewBounded(r, targets, c, b.rf)
 	}
 	p.fill, p.limit = (1+c)/2*float64(rf)*mean, b.limit
 	for k := 1; k < rf; k++ {
