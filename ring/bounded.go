@@ -50,42 +50,13 @@ type Bounded struct {
 // (1 when there are none), so that a target whose owner has not measured it
 // yet still takes a place.
 func NewBounded(r *Ring, targets []Load, c float64, rf int) *Bounded {
-	if c <= 1 || math.IsNaN(c) || math.IsInf(c, 0) {
-		c = DefaultLoadBound
-	}
-	rf = max(rf, 1)
-	b := &Bounded{ring: r, rf: rf}
-	n := r.Len()
-	if n == 0 {
+	b, c, rf := emptyBounded(r, c, rf)
+	if r.Len() == 0 {
 		return b
 	}
-	rf = min(rf, n)
-
-	ts := slices.Clone(targets)
-	validWeights(ts)
-	// By key, the largest weight first, so Compact keeps it.
-	slices.SortFunc(ts, func(a, b Load) int {
-		if c := cmp.Compare(a.Key, b.Key); c != 0 {
-			return c
-		}
-		return cmp.Compare(b.Weight, a.Weight)
-	})
+	ts := validSorted(targets)
 	ts = slices.CompactFunc(ts, func(a, b Load) bool { return a.Key == b.Key })
-
-	total := 0.0
-	for _, t := range ts {
-		total += t.Weight
-	}
-	b.limit = c * float64(rf) * total / float64(n)
-	b.keys = make([]uint64, len(ts))
-	b.owners = make([]int32, len(ts)*b.rf)
-	for i := range b.owners {
-		b.owners[i] = -1
-	}
-	b.load = make([]float64, n)
-	for i, t := range ts {
-		b.keys[i] = t.Key
-	}
+	b.size(ts, c, rf)
 	// Heavy targets first (by weight class: a power of two), then by key
 	// within a class. The heavy ones fill the nodes while there is room
 	// everywhere, so when a join or a leave shifts the capacity the
@@ -102,6 +73,53 @@ func NewBounded(r *Ring, targets []Load, c float64, rf int) *Bounded {
 	return b
 }
 
+// validSorted returns a copy of targets with valid weights (validWeights),
+// sorted by key, the largest weight of a key first.
+func validSorted(targets []Load) []Load {
+	ts := slices.Clone(targets)
+	validWeights(ts)
+	slices.SortFunc(ts, func(a, b Load) int {
+		if c := cmp.Compare(a.Key, b.Key); c != 0 {
+			return c
+		}
+		return cmp.Compare(b.Weight, a.Weight)
+	})
+	return ts
+}
+
+// emptyBounded is a placement on r with no targets yet, the capacity
+// factor c (DefaultLoadBound when c <= 1 or not finite) and the number of
+// owners per target (rf: at least 1, at most the nodes) to place with.
+func emptyBounded(r *Ring, c float64, rf int) (*Bounded, float64, int) {
+	if c <= 1 || math.IsNaN(c) || math.IsInf(c, 0) {
+		c = DefaultLoadBound
+	}
+	rf = max(rf, 1)
+	return &Bounded{ring: r, rf: rf}, c, min(rf, max(r.Len(), 1))
+}
+
+// size makes room for ts (sorted by key, one entry per key) with no owner
+// yet, sets the limit (c × rf × the mean load) and returns the total
+// weight of ts.
+func (b *Bounded) size(ts []Load, c float64, rf int) float64 {
+	total := 0.0
+	for _, t := range ts {
+		total += t.Weight
+	}
+	n := b.ring.Len()
+	b.limit = c * float64(rf) * total / float64(n)
+	b.keys = make([]uint64, len(ts))
+	b.owners = make([]int32, len(ts)*b.rf)
+	for i := range b.owners {
+		b.owners[i] = -1
+	}
+	b.load = make([]float64, n)
+	for i, t := range ts {
+		b.keys[i] = t.Key
+	}
+	return total
+}
+
 // weightClass is the binary exponent of w: weights within a factor of two
 // share a class.
 func weightClass(w float64) int {
@@ -111,14 +129,7 @@ func weightClass(w float64) int {
 
 // place picks the owner of t's next replica given the owners it has.
 func (b *Bounded) place(t Load, have []int32) int32 {
-	r := b.ring
-	start := r.search(t.Key)
-	for steps := range len(r.tokens) {
-		j := start + steps
-		if j >= len(r.tokens) {
-			j -= len(r.tokens)
-		}
-		o := r.owner[j]
+	for o := range b.ring.clockwise(t.Key) {
 		if slices.Contains(have, o) {
 			continue
 		}

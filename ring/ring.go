@@ -24,6 +24,7 @@
 package ring
 
 import (
+	"iter"
 	"math"
 	"slices"
 	"strconv"
@@ -141,6 +142,24 @@ func build(names []string, counts []int, tokensPerNode int) *Ring {
 }
 
 const twoTo64 = float64(math.MaxUint64) + 1
+
+// clockwise yields the owner (a node index) of every token from key's,
+// clockwise, once around the ring: the walk that Owners and the bounded
+// placements make.
+func (r *Ring) clockwise(key uint64) iter.Seq[int32] {
+	return func(yield func(int32) bool) {
+		start := r.search(key)
+		for steps := range len(r.tokens) {
+			j := start + steps
+			if j >= len(r.tokens) {
+				j -= len(r.tokens)
+			}
+			if !yield(r.owner[j]) {
+				return
+			}
+		}
+	}
+}
 
 // search returns the index of the first token >= key, wrapping to 0.
 func (r *Ring) search(key uint64) int {

@@ -54,32 +54,12 @@ import (
 // result again (each target's primary as its owner) gives the same
 // owners.
 func NewSticky(r *Ring, targets []Load, c float64, rf int) *Bounded {
-	if c <= 1 || math.IsNaN(c) || math.IsInf(c, 0) {
-		c = DefaultLoadBound
-	}
-	rf = max(rf, 1)
-	b := &Bounded{ring: r, rf: rf}
-	n := r.Len()
-	if n == 0 {
+	b, c, rf := emptyBounded(r, c, rf)
+	if r.Len() == 0 {
 		return b
 	}
-	rf = min(rf, n)
 	ts, owner := stickyInput(r, targets)
-	total := 0.0
-	for _, t := range ts {
-		total += t.Weight
-	}
-	mean := total / float64(n) // of the primaries
-	b.limit = c * float64(rf) * mean
-	b.keys = make([]uint64, len(ts))
-	b.owners = make([]int32, len(ts)*b.rf)
-	for i := range b.owners {
-		b.owners[i] = -1
-	}
-	b.load = make([]float64, n)
-	for i, t := range ts {
-		b.keys[i] = t.Key
-	}
+	mean := b.size(ts, c, rf) / float64(r.Len()) // of the primaries
 	order := heaviestFirst(ts)
 	p := stickyPass{b: b, mean: mean, fill: (1 + c) / 2 * mean, limit: c * mean}
 	// Each step goes over what the earlier ones left, in order. Taking the
@@ -125,14 +105,7 @@ func NewSticky(r *Ring, targets []Load, c float64, rf int) *Bounded {
 // the valid ones) and returns each key's current owner as a node index of
 // r, -1 for none.
 func stickyInput(r *Ring, targets []Load) ([]Load, []int32) {
-	ts := slices.Clone(targets)
-	validWeights(ts)
-	slices.SortFunc(ts, func(a, b Load) int {
-		if c := cmp.Compare(a.Key, b.Key); c != 0 {
-			return c
-		}
-		return cmp.Compare(b.Weight, a.Weight)
-	})
+	ts := validSorted(targets)
 	out := ts[:0]
 	var owner []int32
 	for i := 0; i < len(ts); {
@@ -257,15 +230,9 @@ func (p *stickyPass) stay(i int32, t Load, cur int32) bool {
 // load with t stays within fill; else the first within limit; else the
 // least loaded node not in have (the first by name on a tie).
 func (p *stickyPass) walk(t Load, have []int32) int32 {
-	r, load := p.b.ring, p.b.load
-	start := r.search(t.Key)
+	load := p.b.load
 	within := int32(-1)
-	for steps := range len(r.tokens) {
-		j := start + steps
-		if j >= len(r.tokens) {
-			j -= len(r.tokens)
-		}
-		o := r.owner[j]
+	for o := range p.b.ring.clockwise(t.Key) {
 		if slices.Contains(have, o) {
 			continue
 		}
