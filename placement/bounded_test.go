@@ -273,8 +273,8 @@ func TestBoundedSamePlacementFromAnyOrderOfEvents(t *testing.T) {
 						t.Fatalf("sticky placement %v with a peer of an older version %v", b.sticky, older)
 					}
 					final := h.cl.Weights()
-					u, ud := newWeigher(ring.DefaultWeightPolicy(), DefaultWeightPeriod, time.Now).union(final)
-					if want := buildBounded(h.cl.Peers(), 64, 1, u, ud, final); RingID(b) != RingID(want) {
+					u, ud, only := newWeigher(ring.DefaultWeightPolicy(), DefaultWeightPeriod, time.Now).union(final)
+					if want := buildBounded(h.cl.Peers(), 64, 1, u, ud, final, only, placesSticky(h.cl.Peers())); RingID(b) != RingID(want) {
 						t.Fatalf("trial %d: generation %x, the final state gives %x", trial, RingID(b), RingID(want))
 					}
 					// setsDigest names a state within one cluster (versions

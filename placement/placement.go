@@ -414,10 +414,7 @@ func ringID(r scrape.Placement) uint64 {
 		_, _ = d.WriteString(n)
 		_, _ = d.WriteString("\xff")
 	}
-	if s := d.Sum64(); s != 0 {
-		return s
-	}
-	return 1
+	return nonZero(d.Sum64())
 }
 
 // buildRing is the one place where membership becomes a ring: every
@@ -434,22 +431,24 @@ func buildRing(peers []cluster.Peer, tokens int) *ring.Ring {
 
 // buildBounded places the published weights u on the participants' ring
 // with bounded loads, starting from the current owners (the publishers in
-// sets, ring.NewSticky) when every participant does so (placesSticky).
+// sets, ring.NewSticky) when sticky (every participant does so,
+// placesSticky).
 // Then its generation is its result: a publication that moves no target
 // is not a new generation to hand off. Otherwise (a participant of an
 // older version, which places with ring.NewBounded) it places as that
 // version does, and its generation covers the participants and the
 // weights.
-func buildBounded(peers []cluster.Peer, tokens, rf int, u map[uint64]float64, digest uint64, sets map[string]cluster.NodeWeights) *bounded {
+func buildBounded(peers []cluster.Peer, tokens, rf int, u map[uint64]float64, digest uint64, sets map[string]cluster.NodeWeights, departedOnly []uint64, sticky bool) *bounded {
 	r := buildRing(peers, tokens)
-	if placesSticky(peers) {
-		b := ring.NewSticky(r, ownedLoads(u, sets), 0, rf)
+	if sticky {
+		b := ring.NewSticky(r, ownedLoads(u, sets, departedOnly), 0, rf)
 		return &bounded{Bounded: b, id: nonZero(b.Digest() ^ stickySalt), sticky: true}
 	}
 	id := nonZero(ringID(r) ^ (digest * 0x9e3779b97f4a7c15))
 	return &bounded{Bounded: ring.NewBounded(r, loads(u), 0, rf), id: id}
 }
 
+// nonZero keeps a generation id off 0, which means "not fenced yet".
 func nonZero(id uint64) uint64 {
 	if id == 0 {
 		return 1
@@ -577,10 +576,11 @@ func (c *Coordinator) updateOnce() bool {
 		}
 	}
 	var (
-		sets    map[string]cluster.NodeWeights
-		u       map[uint64]float64
-		digest  uint64
-		bounded bool
+		sets            map[string]cluster.NodeWeights
+		u               map[uint64]float64
+		digest          uint64
+		departedOnly    []uint64
+		bounded, sticky bool
 	)
 	if c.weigher != nil {
 		sets = c.cl.Weights()
@@ -588,9 +588,9 @@ func (c *Coordinator) updateOnce() bool {
 	}
 	key += fmt.Sprintf("\xffbounded=%v", bounded)
 	if bounded {
-		u, digest = c.weigher.union(sets)
+		u, digest, departedOnly = c.weigher.union(sets)
 		key += fmt.Sprintf("\xff%016x", digest)
-		if placesSticky(peers) {
+		if sticky = placesSticky(peers); sticky {
 			key += fmt.Sprintf("\xffsticky %016x", setsDigest(sets))
 		}
 	}
@@ -605,7 +605,7 @@ func (c *Coordinator) updateOnce() bool {
 	}
 	var r scrape.Placement
 	if bounded {
-		b := buildBounded(peers, c.opts.Tokens, c.opts.ReplicationFactor, u, digest, sets)
+		b := buildBounded(peers, c.opts.Tokens, c.opts.ReplicationFactor, u, digest, sets, departedOnly, sticky)
 		c.metrics.setPlaced(b, c.opts.NodeName, len(u))
 		c.logger.Debug("New bounded-load placement", "generation", fmt.Sprintf("%016x", b.id), "sticky", b.sticky, "placed", len(u), "weights", fmt.Sprintf("%016x", digest), "participants", b.Nodes(), "sets", setsSummary(sets))
 		r = b
@@ -732,10 +732,7 @@ func ViewID(r scrape.Placement, config uint64) uint64 {
 	binary.LittleEndian.PutUint64(b[:8], id)
 	binary.LittleEndian.PutUint64(b[8:], config)
 	_, _ = d.Write(b[:])
-	if s := d.Sum64(); s != 0 {
-		return s
-	}
-	return 1
+	return nonZero(d.Sum64())
 }
 
 // Fenced implements scrape.Handoff: it numbers the fence, asks the queues to

@@ -77,18 +77,12 @@ const (
 // placesSticky reports whether every participant in peers places with
 // ring.NewSticky.
 func placesSticky(peers []cluster.Peer) bool {
-	return len(lacking(peers, capSticky)) == 0
-}
-
-// lacking lists the participants in peers that do not announce capability.
-func lacking(peers []cluster.Peer, capability uint64) []string {
-	var out []string
 	for _, p := range peers {
-		if p.State == cluster.Participant && p.Capabilities&capability == 0 {
-			out = append(out, p.Name)
+		if p.State == cluster.Participant && p.Capabilities&capSticky == 0 {
+			return false
 		}
 	}
-	return out
+	return true
 }
 
 // RingID implements the generation of a placement for RingID.
@@ -180,8 +174,9 @@ const adoptedStale = 10 * time.Minute
 // node's included) with the departed ones still in their grace period. A
 // key published twice (an old owner that has not dropped it yet) keeps its
 // largest weight, as ring.NewBounded does, so the order of arrival never
-// matters. It returns the union and its digest.
-func (w *weigher) union(sets map[string]cluster.NodeWeights) (map[uint64]float64, uint64) {
+// matters. It returns the union, its digest, and the keys only departed
+// sets publish (no alive owner).
+func (w *weigher) union(sets map[string]cluster.NodeWeights) (u map[uint64]float64, d uint64, departedOnly []uint64) {
 	now := w.now()
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -192,7 +187,7 @@ func (w *weigher) union(sets map[string]cluster.NodeWeights) (map[uint64]float64
 		w.departed[departedKey(name, old.Incarnation)] = departedSet{weights: old.Weights, until: now.Add(w.grace)}
 	}
 	w.seen = maps.Clone(sets)
-	u := map[uint64]float64{}
+	u = map[uint64]float64{}
 	add := func(ws map[uint64]float64) {
 		for k, v := range ws {
 			if v > u[k] {
@@ -222,9 +217,14 @@ func (w *weigher) union(sets map[string]cluster.NodeWeights) (map[uint64]float64
 		}
 	}
 	for _, d := range w.departed {
+		for k := range d.weights {
+			if _, ok := u[k]; !ok {
+				departedOnly = append(departedOnly, k)
+			}
+		}
 		add(d.weights)
 	}
-	return u, digest(u)
+	return u, digest(u), departedOnly
 }
 
 func departedKey(name string, inc int64) string {
@@ -245,25 +245,23 @@ func digest(u map[uint64]float64) uint64 {
 	return d.Sum64()
 }
 
-// ownedLoads turns a union into NewSticky's input: every key of u once
-// without an owner (a departed publisher's, or one nobody alive publishes),
-// and once more per alive node in sets that publishes it, with that node as
-// its owner. Every entry has the union's weight.
-func ownedLoads(u map[uint64]float64, sets map[string]cluster.NodeWeights) []ring.Load {
-	n := len(u)
+// ownedLoads turns a union into NewSticky's input: each key once per alive
+// node in sets that publishes it, with that node as its owner, and the keys
+// only departed sets publish once, without one. Every entry has the
+// union's weight.
+func ownedLoads(u map[uint64]float64, sets map[string]cluster.NodeWeights, departedOnly []uint64) []ring.Owned {
+	n := len(departedOnly)
 	for _, s := range sets {
 		n += len(s.Weights)
 	}
-	out := make([]ring.Load, 0, n)
-	for k, v := range u {
-		out = append(out, ring.Load{Key: k, Weight: v})
-	}
+	out := make([]ring.Owned, 0, n)
 	for name, s := range sets {
 		for k := range s.Weights {
-			if v, ok := u[k]; ok {
-				out = append(out, ring.Load{Key: k, Weight: v, Owner: name})
-			}
+			out = append(out, ring.Owned{Load: ring.Load{Key: k, Weight: u[k]}, Owner: name})
 		}
+	}
+	for _, k := range departedOnly {
+		out = append(out, ring.Owned{Load: ring.Load{Key: k, Weight: u[k]}})
 	}
 	return out
 }

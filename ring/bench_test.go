@@ -105,7 +105,7 @@ func BenchmarkNewBounded(b *testing.B) {
 				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(targets), "ns/target")
 			})
 			// NewSticky from a settled placement: every key with its owner.
-			owned := withOwners(NewSticky(r, ts, 0, 1), ts)
+			owned := withOwners(NewSticky(r, unowned(ts), 0, 1), unowned(ts))
 			b.Run(fmt.Sprintf("sticky/nodes=%d/targets=%d", nodes, targets), func(b *testing.B) {
 				b.ReportAllocs()
 				for b.Loop() {

@@ -17,9 +17,6 @@ const DefaultLoadBound = 1.10
 type Load struct {
 	Key    uint64
 	Weight float64
-	// Owner is the node that scrapes the target as primary now (its
-	// publisher), "" when unknown. Only NewSticky reads it.
-	Owner string
 }
 
 // Bounded is a bounded-load placement (consistent hashing with bounded

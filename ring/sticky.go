@@ -9,9 +9,16 @@ import (
 	"github.com/cespare/xxhash/v2"
 )
 
+// Owned is a target's load and the node that scrapes it as primary now (its
+// publisher; "" when unknown): NewSticky's input.
+type Owned struct {
+	Load
+	Owner string
+}
+
 // NewSticky places targets on r with bounded loads, as NewBounded does, but
 // starting from where they are: a target stays with its current owner
-// (Load.Owner) while that owner stays within the bound, so that a join or a
+// (Owned.Owner) while that owner stays within the bound, so that a join or a
 // leave moves little more than what the joiner takes or the leaver leaves.
 // NewBounded places from scratch each time, and each placement is a
 // function of the ring and the weights alone: at 100 nodes a join or leave
@@ -53,15 +60,16 @@ import (
 // of (key, weight, owner) triples, never on their order. Placing the
 // result again (each target's primary as its owner) gives the same
 // owners.
-func NewSticky(r *Ring, targets []Load, c float64, rf int) *Bounded {
+func NewSticky(r *Ring, targets []Owned, c float64, rf int) *Bounded {
 	b, c, rf := emptyBounded(r, c, rf)
 	if r.Len() == 0 {
 		return b
 	}
-	ts, owner := stickyInput(r, targets)
+	in := stickyInput(r, targets)
+	ts, owner := in.ts, in.owner
 	mean := b.size(ts, c, rf) / float64(r.Len()) // of the primaries
 	order := heaviestFirst(ts)
-	p := stickyPass{b: b, mean: mean, fill: (1 + c) / 2 * mean, limit: c * mean}
+	p := stickyPass{b: b, home: in.home, mean: mean, fill: (1 + c) / 2 * mean, limit: c * mean}
 	// Each step goes over what the earlier ones left, in order. Taking the
 	// steps one after the other, rather than every step for one target
 	// before the next, makes the result a fixed point: placed again from
@@ -87,7 +95,7 @@ func NewSticky(r *Ring, targets []Load, c float64, rf int) *Bounded {
 		// first published, every target's owner is its home). From
 		// scratch, the heaviest go first; placed again from that
 		// placement's owners, the next placement keeps them.
-		return NewBounded(r, targets, c, b.rf)
+		return NewBounded(r, in.all, c, b.rf)
 	}
 	p.fill, p.limit = (1+c)/2*float64(rf)*mean, b.limit
 	for k := 1; k < rf; k++ {
@@ -100,37 +108,58 @@ func NewSticky(r *Ring, targets []Load, c float64, rf int) *Bounded {
 	return b
 }
 
-// stickyInput normalises targets as NewBounded does (sorted by key, one
-// entry per key with its largest weight, invalid weights as the mean of
-// the valid ones) and returns each key's current owner as a node index of
-// r, -1 for none.
-func stickyInput(r *Ring, targets []Load) ([]Load, []int32) {
-	ts := validSorted(targets)
-	out := ts[:0]
-	var owner []int32
-	for i := 0; i < len(ts); {
-		j := i + 1
-		for j < len(ts) && ts[j].Key == ts[i].Key {
-			j++
-		}
-		// out shares ts's array: read the owners before overwriting.
-		owner = append(owner, currentOwner(r, ts[i].Key, ts[i:j]))
-		out = append(out, Load{Key: ts[i].Key, Weight: ts[i].Weight})
-		i = j
-	}
-	return out, owner
+// stickyInput is NewSticky's input normalised as NewBounded normalises
+// its own (validWeights; one entry per key, with its largest weight):
+// ts sorted by key, and per entry its home (plain-ring owner) and current
+// owner as node indexes of r (-1: none); all is every target's load, for
+// NewBounded.
+type stickyIn struct {
+	ts          []Load
+	home, owner []int32
+	all         []Load
 }
 
-// currentOwner picks, among the owners given for one key, its home if
-// present, else the first by name (node indexes follow the sorted names).
-func currentOwner(r *Ring, key uint64, given []Load) int32 {
-	home := r.owner[r.search(key)]
+func stickyInput(r *Ring, targets []Owned) stickyIn {
+	in := stickyIn{all: make([]Load, len(targets))}
+	for i, t := range targets {
+		in.all[i] = t.Load
+	}
+	validWeights(in.all)
+	idx := make([]int32, len(targets))
+	for i := range idx {
+		idx[i] = int32(i)
+	}
+	slices.SortFunc(idx, func(x, y int32) int {
+		if c := cmp.Compare(in.all[x].Key, in.all[y].Key); c != 0 {
+			return c
+		}
+		return cmp.Compare(in.all[y].Weight, in.all[x].Weight)
+	})
+	for i := 0; i < len(idx); {
+		j := i + 1
+		for j < len(idx) && in.all[idx[j]].Key == in.all[idx[i]].Key {
+			j++
+		}
+		l := in.all[idx[i]]
+		home := r.owner[r.search(l.Key)]
+		in.ts = append(in.ts, l)
+		in.home = append(in.home, home)
+		in.owner = append(in.owner, currentOwner(r, home, targets, idx[i:j]))
+		i = j
+	}
+	return in
+}
+
+// currentOwner picks, among the owners given for one key (targets[at]),
+// its home if present, else the first by name (node indexes follow the
+// sorted names).
+func currentOwner(r *Ring, home int32, targets []Owned, at []int32) int32 {
 	best := int32(-1)
-	for _, l := range given {
-		if l.Owner == "" {
+	for _, i := range at {
+		if targets[i].Owner == "" {
 			continue
 		}
-		o, ok := slices.BinarySearch(r.nodes, l.Owner)
+		o, ok := slices.BinarySearch(r.nodes, targets[i].Owner)
 		switch {
 		case !ok:
 		case int32(o) == home:
@@ -185,11 +214,8 @@ func heaviestFirst(ts []Load) []int32 {
 // primaries' load.
 type stickyPass struct {
 	b                 *Bounded
+	home              []int32 // per target: its plain-ring owner
 	mean, fill, limit float64
-}
-
-func (p *stickyPass) home(key uint64) int32 {
-	return p.b.ring.owner[p.b.ring.search(key)]
 }
 
 func (p *stickyPass) put(i int32, w float64, o int32) {
@@ -199,7 +225,7 @@ func (p *stickyPass) put(i int32, w float64, o int32) {
 
 // keep places target i at its home if it is there already and fits.
 func (p *stickyPass) keep(i int32, t Load, cur int32) bool {
-	h := p.home(t.Key)
+	h := p.home[i]
 	if cur != h || p.b.load[h]+t.Weight > p.limit {
 		return false
 	}
@@ -209,7 +235,7 @@ func (p *stickyPass) keep(i int32, t Load, cur int32) bool {
 
 // pull places target i at its home while the home stays below the mean.
 func (p *stickyPass) pull(i int32, t Load, _ int32) bool {
-	h := p.home(t.Key)
+	h := p.home[i]
 	if p.b.load[h]+t.Weight > p.mean {
 		return false
 	}

@@ -358,23 +358,32 @@ func (s *boundedSim) rebuild() { s.r = ring.New(s.names, 0) }
 
 func (s *boundedSim) owners() []int { return s.ownersSeen(nil) }
 
+// place is the design's placement of loads: from the owners, or from
+// scratch (which reads no owner).
+func (s *boundedSim) place(loads []ring.Owned) *ring.Bounded {
+	if !s.scratch {
+		return ring.NewSticky(s.r, loads, s.c, 1)
+	}
+	plain := make([]ring.Load, len(loads))
+	for i, l := range loads {
+		plain[i] = l.Load
+	}
+	return ring.NewBounded(s.r, plain, s.c, 1)
+}
+
 func (s *boundedSim) ownersSeen(seen []bool) []int {
-	loads := make([]ring.Load, 0, len(s.ts))
+	loads := make([]ring.Owned, 0, len(s.ts))
 	for i, t := range s.ts {
 		if s.local && seen != nil && !seen[i] {
 			continue
 		}
-		l := ring.Load{Key: t.Key, Weight: s.published[i]}
+		l := ring.Owned{Load: ring.Load{Key: t.Key, Weight: s.published[i]}}
 		if o := s.sowner[i]; o >= 0 {
 			l.Owner = s.names[o] // its owner publishes it
 		}
 		loads = append(loads, l)
 	}
-	place := ring.NewSticky
-	if s.scratch {
-		place = ring.NewBounded
-	}
-	b := place(s.r, loads, s.c, 1)
+	b := s.place(loads)
 	idx := indexOf(s.names)
 	out := make([]int, len(s.ts))
 	for i, t := range s.ts {
