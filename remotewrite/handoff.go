@@ -161,6 +161,13 @@ func (q *queue) nextRecord(ctx context.Context) (rec []byte, seg int, sendable b
 		return rec, seg, sendable, err
 	}
 	if end := q.reader.pos(); q.handoff.blocks(end) {
+		if seg != before.Segment {
+			// The record opens a later segment: everything before its
+			// start has been read. A hold at that start (a restarted
+			// node's WAL end) must not keep the queue from acknowledging
+			// a fence made there.
+			before = position{Segment: seg}
+		}
 		q.hq.stash = &stashedRecord{rec: bytes.Clone(rec), seg: seg, sendable: sendable, end: end, before: before}
 		return nil, 0, false, nil
 	}

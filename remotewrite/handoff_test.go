@@ -82,6 +82,38 @@ func TestHoldKeepsLaterRecordsUntilReleased(t *testing.T) {
 	}
 }
 
+// A hold and a fence at the very start of a segment (a restarted node's
+// WAL end, or one just after a segment cut) are the same point as the end
+// of the segment before: once everything before it is delivered the
+// fence is acknowledged, although the reader has already read the next
+// segment's first record and kept it back. Otherwise a node's own hold
+// would keep its fence unacknowledged, and every peer holding for that
+// fence would wait for the hand-off timeout.
+func TestHoldAtSegmentStartLetsEverythingBeforeItBeAcked(t *testing.T) {
+	walDir, progDir := dirs(t)
+	tw := newTestWAL(t, walDir)
+	rcv := newReceiver(t)
+	refs := tw.fleet(1, 2)
+	writeRounds(tw, refs, 1000, 3)
+	tw.nextSegment()
+	at := tw.end()
+	if at.Offset != 0 {
+		t.Fatalf("WAL end after a new segment is %+v, want its start", at)
+	}
+	writeRounds(tw, refs, 4000, 3)
+	tm := startManager(t, walDir, progDir, loadConfig(t, "remote_write:\n  - url: URL0\n"+fastQueue, rcv.srv.URL))
+	hold := tm.Hold(at)
+	defer hold()
+	tm.FlushNow(at)
+	waitFor(t, "everything before the segment's start acknowledged", func() bool { return tm.Acked(at) })
+	for _, r := range refs {
+		s := fmt.Sprintf(`{__name__="test_metric", i="%d"}`, r)
+		if rcv.has(s, 3000) != 1 || rcv.has(s, 4000) != 0 {
+			t.Fatalf("%s: the last sample before the hold received %d times, the first after it %d times; want 1 and 0", s, rcv.has(s, 3000), rcv.has(s, 4000))
+		}
+	}
+}
+
 func TestNestedHoldsTheLowestWins(t *testing.T) {
 	walDir, progDir := dirs(t)
 	tw := newTestWAL(t, walDir)
