@@ -766,6 +766,7 @@ func (c *Coordinator) Fenced(r scrape.Placement, config uint64, participant bool
 	c.metrics.fencedSeq.Set(float64(wm.FencedSeq))
 	c.remote.FlushNow(pos)
 	c.publishWatermarks()
+	c.notify() // targets gained under r may start now (the gate's Fenced)
 	c.wake()
 }
 
@@ -799,6 +800,7 @@ type viewPeers struct {
 	config uint64
 }
 
+func (v viewPeers) Fenced() bool    { return v.c.selfFenced(v.r, v.config) }
 func (v viewPeers) Released() bool  { return v.c.Released(v.r, v.config) }
 func (v viewPeers) Contested() bool { return v.c.Contested(v.r, v.config) }
 
@@ -813,6 +815,15 @@ func (c *Coordinator) Released(r scrape.Placement, config uint64) bool {
 		}
 	}
 	return true
+}
+
+// selfFenced reports whether this node's last announced fence is of the
+// view r under config (the gate starts nothing gained under it before).
+func (c *Coordinator) selfFenced(r scrape.Placement, config uint64) bool {
+	id := ViewID(r, config)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.fencedRing == id
 }
 
 // Delay is --cluster.handoff-delay, the gate's bound.

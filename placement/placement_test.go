@@ -16,6 +16,7 @@ import (
 
 	"github.com/shoal-dev/shoal/cluster"
 	shoaltest "github.com/shoal-dev/shoal/internal/testutil"
+	"github.com/shoal-dev/shoal/placement/gate"
 	"github.com/shoal-dev/shoal/ring"
 	"github.com/shoal-dev/shoal/scrape"
 	"github.com/shoal-dev/shoal/wal"
@@ -473,6 +474,37 @@ func TestReleasedWaitsForEveryLivePeerFence(t *testing.T) {
 		h.cl.setPeer(cluster.Peer{Name: "w", State: cluster.Viewer, Handoff: cluster.Watermarks{FencedSeq: 1, FencedRing: 42}})
 		if h.c.Released(r, 0) {
 			t.Fatal("released while a viewer announcing another ring may be scraping")
+		}
+	})
+}
+
+// A target gained under a view starts only once this node has announced
+// its own fence of that view, even when every peer has: the remote-write
+// hold of the gain must come after the samples of what the node lost in
+// the same change, which its peers may be holding for. The announcement
+// signals the filter to ask again.
+func TestGainedStartsOnlyAfterThisNodesFenceOfTheView(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := start(t, Options{})
+		before, r := ring.New([]string{"a", "b", "c"}, 8), ring.New([]string{"a", "b"}, 8)
+		h.c.Fenced(before, 0, true)
+		h.cl.setPeer(participant("b", cluster.Watermarks{FencedSeq: 3, FencedRing: RingID(r)}))
+		synctest.Wait()
+		cands := []gate.Candidate{{Key: 1, Known: true}}
+		if a := h.c.Admit(time.Now(), r, 0, cands); a.Start[0] {
+			t.Fatal("started before this node fenced the view it was gained under")
+		}
+		for len(h.c.Changes()) > 0 {
+			<-h.c.Changes()
+		}
+		h.c.Fenced(r, 0, true)
+		select {
+		case <-h.c.Changes():
+		default:
+			t.Fatal("the fence did not signal the filter to ask again")
+		}
+		if a := h.c.Admit(time.Now(), r, 0, cands); !a.Start[0] {
+			t.Fatalf("not started after this node's fence with every peer fenced: %+v", a)
 		}
 	})
 }

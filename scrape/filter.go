@@ -129,7 +129,9 @@ type Handoff interface {
 	View() (View, uint64)
 	// Admit decides which of the gained candidates (keys this node owns
 	// under r and the scrape configuration config, ConfigID, and does not
-	// scrape at that rank yet) start now; the others wait. The Filter asks
+	// scrape at that rank yet) start now; the others wait. None starts
+	// before Fenced of the same view: the units lost in the change are
+	// fenced before any gained one is activated. The Filter asks
 	// again at the answer's Next, and when Changes is signalled: the
 	// Handoff must signal it when its answer may change. Each call replaces the
 	// set of waiting candidates.

@@ -2,6 +2,7 @@ package scrape
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -16,7 +17,9 @@ import (
 
 // recordingHandoff is a Handoff whose Released and Contested answers the
 // test sets; it records the calls in order. Admit runs the placement
-// package's gate on those answers, as production does.
+// package's gate on those answers, as production does, and like the
+// placement Coordinator it counts the view of the last Fenced as this
+// node's fence, and asks the filter to re-check when that view changes.
 type recordingHandoff struct {
 	gate      *gate.Gate // made at the first Admit, with reg
 	reg       *prometheus.Registry
@@ -30,6 +33,9 @@ type recordingHandoff struct {
 	activated []Unit
 	// configured are the (cur, prev) pairs of Configured, in order.
 	configured [][2]uint64
+	// fencedView and fencedConfig are the last Fenced's view.
+	fencedView   Placement
+	fencedConfig uint64
 }
 
 func (h *recordingHandoff) Fence(_ context.Context, units []Unit) error {
@@ -40,10 +46,22 @@ func (h *recordingHandoff) Fence(_ context.Context, units []Unit) error {
 	return nil
 }
 
-func (h *recordingHandoff) Fenced(Placement, uint64, bool) {
+func (h *recordingHandoff) Fenced(r Placement, config uint64, _ bool) {
+	h.mu.Lock()
+	h.calls = append(h.calls, "fenced")
+	changed := h.fencedView != r || h.fencedConfig != config
+	h.fencedView, h.fencedConfig = r, config
+	h.mu.Unlock()
+	if changed {
+		h.recheck()
+	}
+}
+
+// SelfFenced reports whether the last Fenced was of the view r, config.
+func (h *recordingHandoff) SelfFenced(r Placement, config uint64) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.calls = append(h.calls, "fenced")
+	return h.fencedView == r && h.fencedConfig == config
 }
 
 func (h *recordingHandoff) Released(Placement, uint64) bool {
@@ -116,6 +134,7 @@ func (h *recordingHandoff) recheck() {
 
 // viewAnswers is what the gate asks of a test Handoff.
 type viewAnswers interface {
+	SelfFenced(r Placement, config uint64) bool
 	Released(r Placement, config uint64) bool
 	Contested(r Placement, config uint64) bool
 }
@@ -127,6 +146,7 @@ type viewPeers struct {
 	config uint64
 }
 
+func (v viewPeers) Fenced() bool    { return v.a.SelfFenced(v.r, v.config) }
 func (v viewPeers) Released() bool  { return v.a.Released(v.r, v.config) }
 func (v viewPeers) Contested() bool { return v.a.Contested(v.r, v.config) }
 
@@ -287,6 +307,42 @@ func TestHandoffGatesGainedAndFencesLost(t *testing.T) {
 		}
 		if v := ho.gateTimeouts(t); v != float64(waiting) {
 			t.Fatalf("shoal_handoff_delay_expired_total = %v, want %d", v, waiting)
+		}
+	})
+}
+
+// One view change can both lose targets and gain some (here a loses keys
+// to c and gains b's, which left). The gained ones start only after the
+// lost ones are fenced and the fence is announced: their remote-write hold
+// then lies after the lost targets' last samples, which c holds for.
+func TestGainedStartAfterTheLostOfTheSameChangeAreFenced(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := loadConfig(t, twoJobs)
+		ho := &recordingHandoff{released: true}
+		h := startFilter(t, FilterOptions{RingCoalesce: -1, Handoff: ho}, nil, cfg)
+		h.f.SetRing(ring.New([]string{"a", "b"}, 0), "a", 1, true)
+		h.send(t, discovery(200, "node"))
+		o, ok := readNow(t, h)
+		if !ok {
+			t.Fatal("no output for the first view")
+		}
+		before := count(o)
+		ho.take()
+
+		h.f.SetRing(ring.New([]string{"a", "c"}, 0), "a", 1, true)
+		var last tsets
+		for o, ok := readNow(t, h); ok; o, ok = readNow(t, h) {
+			last = o
+		}
+		calls, fenced, activated := ho.take()
+		if len(fenced) == 0 || len(activated) == 0 {
+			t.Fatalf("the change lost %d and gained %d units; the test needs both", len(fenced), len(activated))
+		}
+		if i, j := slices.Index(calls, "fenced"), slices.Index(calls, "activate"); i < 0 || j < i || slices.Index(calls, "fence") > i {
+			t.Fatalf("calls %v: want the lost units fenced and the fence announced before any gained unit is activated", calls)
+		}
+		if got, want := count(last), before-len(fenced)+len(activated); got != want {
+			t.Fatalf("passed on %d targets in the end, want %d", got, want)
 		}
 	})
 }

@@ -298,9 +298,11 @@ scrape_configs:
 	})
 }
 
-// A target whose key changes but stays on this node is not held back: no
-// one else was scraping it.
-func TestReloadMovingKeyLocallyStartsAtOnce(t *testing.T) {
+// A target whose key changes but stays on this node does not wait for the
+// peers: no one else was scraping it. It starts as soon as this node has
+// fenced its old key, so that the two loops never append the same series
+// together.
+func TestReloadMovingKeyLocallyStartsOnceItsOldKeyIsFenced(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg1 := loadConfig(t, "scrape_configs:\n  - job_name: app\n    metrics_path: /x\n")
 		cfg2 := loadConfig(t, "scrape_configs:\n  - job_name: app\n    metrics_path: /y\n")
@@ -315,13 +317,25 @@ func TestReloadMovingKeyLocallyStartsAtOnce(t *testing.T) {
 		if o, ok := readNow(t, h); !ok || count(o) != 1 {
 			t.Fatalf("a does not own the target: %v", o)
 		}
+		ho.take()
+		start := time.Now()
 		if err := h.f.ApplyConfig(cfg2); err != nil {
 			t.Fatal(err)
 		}
 		// Not released under cfg2 (the peer has not reloaded): a brand-new
 		// key would wait, but this one's series was a's own.
+		if o, ok := readNow(t, h); !ok || count(o) != 0 {
+			t.Fatalf("old key not stopped first: %v", o)
+		}
 		if o, ok := readNow(t, h); !ok || count(o) != 1 {
-			t.Fatalf("target whose key moved within a not passed on at once: %v", o)
+			t.Fatalf("target whose key moved within a not passed on once its old key was fenced: %v", o)
+		}
+		if waited := time.Since(start); waited >= testHandoffDelay {
+			t.Fatalf("started after %v, the hand-off delay", waited)
+		}
+		calls, fenced, activated := ho.take()
+		if len(fenced) != 1 || len(activated) != 1 || !slices.Equal(calls[:3], []string{"fence", "fenced", "activate"}) {
+			t.Fatalf("calls %v (fenced %v, activated %v), want the old key fenced and announced before the new one is activated", calls, fenced, activated)
 		}
 	})
 }

@@ -1,6 +1,7 @@
 // Package gate decides when a node starts the targets it gained in a
-// hand-off: at once, once every peer has fenced the view they were gained
-// under (released), or after --cluster.handoff-delay, unless a peer that
+// hand-off: never before the node has announced its own fence of the view
+// they were gained under; then at once, once every peer has fenced that
+// view too (released), or after --cluster.handoff-delay, unless a peer that
 // follows another placement may still scrape them (contested). It keeps
 // the gained targets that wait, their due times, and counts the delays
 // that expired.
@@ -56,6 +57,9 @@ type Candidate struct {
 // the gate needs to know of the peers. Each answer is asked for at most
 // once per Admit.
 type Peers interface {
+	// Fenced: this node has announced its own fence of the view. Until it
+	// has, nothing starts (see Admit).
+	Fenced() bool
 	// Released: every peer that may still scrape targets gained under
 	// the view has fenced it.
 	Released() bool
@@ -101,6 +105,11 @@ type wait struct {
 	// configuration change (discovery changed its URL) cannot be released
 	// by the peers' fences, which say nothing about discovery.
 	fixed bool
+	// deferred: gained before this node fenced the view, and not decided
+	// yet (deferAll); move is its Move then, which the filter knows only
+	// in the pass that first sees the new key.
+	deferred bool
+	move     Move
 }
 
 // New returns a Gate that holds gained targets back for at most delay
@@ -141,7 +150,19 @@ func (g *Gate) Delay() time.Duration { return g.delay }
 // they were gained under (its scrape configuration); peers answers for that
 // view. Every call replaces the set of waiting candidates: a key no longer
 // among cands stops waiting.
+//
+// Nothing starts before this node has announced its own fence of the view
+// (Peers.Fenced). A started target's remote-write hold (placement) must lie
+// after the samples of the targets this node lost in the same change: a
+// peer that gained those holds until they are acknowledged, and if this
+// node's hold were in front of them while it waited for that peer's
+// samples in turn, the two queues would wait for each other until the
+// hand-off timeout. Fencing takes at most scrape.StopWait; the peers'
+// fences, which a target waits for anyway, take as long.
 func (g *Gate) Admit(now time.Time, config uint64, cands []Candidate, peers Peers) Admission {
+	if !peers.Fenced() {
+		return g.deferAll(now, cands)
+	}
 	p := &onceAnswers{peers: peers}
 	res := Admission{Start: make([]bool, len(cands))}
 	timedOut := 0
@@ -153,10 +174,15 @@ func (g *Gate) Admit(now time.Time, config uint64, cands []Candidate, peers Peer
 			start, expired bool
 			w              wait
 		)
-		if old, ok := g.waiting[c.Key]; ok && old.rank == c.Rank {
+		old, ok := g.waiting[c.Key]
+		ok = ok && old.rank == c.Rank
+		if ok && !old.deferred {
 			w = old
 			start, expired = decideWaiting(old, now, p)
 		} else {
+			if ok {
+				c.Move = old.move
+			}
 			start, w = decideGained(c, now, g.delay, cfgChanged, p)
 		}
 		res.Start[i] = start
@@ -180,6 +206,28 @@ func (g *Gate) Admit(now time.Time, config uint64, cands []Candidate, peers Peer
 		g.logger.Warn("Started gained targets after --cluster.handoff-delay without every peer having fenced them",
 			"targets", timedOut, "delay", g.delay)
 	}
+	return res
+}
+
+// deferAll is Admit's answer before this node has fenced the view: every
+// candidate waits. A candidate that already waited keeps its wait; the
+// others are decided, as they were first seen, by the first Admit after
+// the fence, which counts their delay from then. The view's configuration
+// is not taken over, so that Admit still sees it change. Next is a safety
+// net only: the fence's announcement signals the filter to ask again.
+func (g *Gate) deferAll(now time.Time, cands []Candidate) Admission {
+	res := Admission{Start: make([]bool, len(cands)), Waiting: len(cands), Next: now.Add(g.delay)}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	waiting := make(map[uint64]wait, len(cands))
+	for _, c := range cands {
+		if w, ok := g.waiting[c.Key]; ok && w.rank == c.Rank {
+			waiting[c.Key] = w
+			continue
+		}
+		waiting[c.Key] = wait{rank: c.Rank, deferred: true, move: c.Move}
+	}
+	g.waiting = waiting
 	return res
 }
 
@@ -224,6 +272,8 @@ type onceAnswers struct {
 	peers               Peers
 	released, contested *bool
 }
+
+func (o *onceAnswers) Fenced() bool { return o.peers.Fenced() }
 
 func (o *onceAnswers) Released() bool {
 	if o.released == nil {

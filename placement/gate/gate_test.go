@@ -13,8 +13,14 @@ const delay = 2 * time.Second
 
 // peers answers what the test sets and counts the questions.
 type peers struct {
+	unfenced            bool // this node has not fenced the view yet
 	released, contested bool
 	asked               map[string]int
+}
+
+func (p *peers) Fenced() bool {
+	p.count("fenced")
+	return !p.unfenced
 }
 
 func (p *peers) Released() bool {
@@ -231,4 +237,50 @@ func TestNewRefusesNoDelay(t *testing.T) {
 	if _, err := New(0, nil, nil); err == nil {
 		t.Fatal("a zero delay accepted")
 	}
+}
+
+// Until this node has fenced the view, nothing starts, not even a target
+// released by every peer or one that moved here. The first Admit after the
+// fence decides each as it was first seen (the filter knows a key moved
+// only in the pass that first sees it) and counts the delay from then; a
+// target that waited before keeps its due.
+func TestAdmitStartsNothingBeforeThisNodesFence(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g, _ := newGate(t)
+		p := &peers{}
+		g.Admit(time.Now(), 7, []Candidate{{Key: 1, Known: true}}, p) // waits for the peers
+		asked := p.asked["released"]
+		time.Sleep(delay / 4)
+
+		p.unfenced, p.released = true, true
+		cands := []Candidate{{Key: 1, Known: true}, {Key: 2, Move: MovedHere}, {Key: 3, Known: true}}
+		a := g.Admit(time.Now(), 8, cands, p)
+		if a.Start[0] || a.Start[1] || a.Start[2] || a.Waiting != 3 {
+			t.Fatalf("started before this node's fence: %+v", a)
+		}
+		if want := time.Now().Add(delay); !a.Next.Equal(want) {
+			t.Fatalf("Next = %v, want a recheck after the delay at the latest (%v)", a.Next, want)
+		}
+		if p.asked["released"] != asked {
+			t.Fatal("asked the peers before this node fenced")
+		}
+
+		// Fenced; the peers are not (a reload they have not applied). The
+		// filter now sees key 2 as known, not moved.
+		p.unfenced, p.released = false, false
+		time.Sleep(delay / 4)
+		cands[1] = Candidate{Key: 2, Known: true}
+		a = g.Admit(time.Now(), 8, cands, p)
+		if a.Start[0] || !a.Start[1] || a.Start[2] {
+			t.Fatalf("after the fence: %+v, want only the target that moved here started", a)
+		}
+		// Key 1's due is half the delay away, key 3's the whole delay.
+		if want := time.Now().Add(delay / 2); !a.Next.Equal(want) {
+			t.Fatalf("Next = %v, want key 1's due %v", a.Next, want)
+		}
+		time.Sleep(delay / 2)
+		if a := g.Admit(time.Now(), 8, cands, p); !a.Start[0] || a.Start[2] {
+			t.Fatalf("at key 1's due: %+v, want key 1 started, key 3 waiting", a)
+		}
+	})
 }
