@@ -52,6 +52,7 @@ func runHandoverScaleIn(t *testing.T, sc handoverScenario) {
 	for _, a := range nodes {
 		a.spec.extraArgs = handoverArgs()
 	}
+	keepLogs(t, nodes)
 	startCluster(t, nodes)
 	owners := waitConverged(t, nodes, targets)
 	waitServed(t, targets, time.Now(), 2, convergeTimeout)

@@ -178,6 +178,50 @@ func waitWeightsPlaced(t *testing.T, nodes []*agent, count int) {
 	})
 }
 
+// weightPeriod stands for placement.DefaultWeightPeriod: how often owners
+// publish their targets' weights.
+const weightPeriod = 10 * time.Second
+
+// waitPlacementSettled returns at once unless the cluster places with
+// bounded loads; then it polls until every target is placed by its
+// published weight and no target has moved for two publication periods.
+// The first weights move targets off the plain ring (the placement before
+// any weight is published), so a test that asserts nothing moves starts
+// from here.
+func waitPlacementSettled(t *testing.T, nodes []*agent, targets []*target) {
+	t.Helper()
+	var r placementPeersResponse
+	if err := nodes[0].getJSON("/api/v1/cluster/peers", &r); err != nil {
+		fatal(t, err)
+	}
+	if len(r.Data.Peers) == 0 || r.Data.Peers[0].Placement != "bounded" {
+		return
+	}
+	waitWeightsPlaced(t, nodes, len(targets))
+	last, since := -1.0, time.Now()
+	start := time.Now()
+	testutil.Eventually(t, weightsTimeout+2*weightPeriod, "no target moved by the weights for two publication periods", func() error {
+		moved := 0.0
+		for _, a := range nodes {
+			for _, dir := range []string{"in", "out"} {
+				v, err := a.metricValue("shoal_targets_moved_total", map[string]string{"direction": dir})
+				if err != nil {
+					return err
+				}
+				moved += v
+			}
+		}
+		if moved != last {
+			last, since = moved, time.Now()
+		}
+		if quiet := time.Since(since); quiet < 2*weightPeriod {
+			return fmt.Errorf("%v moves so far, the last %v ago", moved, quiet.Round(time.Second))
+		}
+		return nil
+	})
+	t.Logf("bounded placement settled after %v", time.Since(start).Round(time.Second))
+}
+
 // startBounded starts 4 nodes with --cluster.placement=bounded over 80
 // targets of 9 samples per scrape and 3 of 450, and waits until the owners'
 // published weights balance them.

@@ -47,6 +47,7 @@ func newRolloutRun(t *testing.T, extraArgs ...string) *handoffRun {
 	keepLogs(t, h.nodes)
 	startCluster(t, h.nodes)
 	waitConverged(t, h.nodes, h.targets)
+	waitPlacementSettled(t, h.nodes, h.targets)
 	waitServed(t, h.targets, time.Now(), 2, convergeTimeout)
 	h.began = time.Now()
 	return h
