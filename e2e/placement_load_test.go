@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/shoal-dev/shoal/internal/testutil"
+	"github.com/shoal-dev/shoal/placement"
 	"github.com/shoal-dev/shoal/ring"
 	"github.com/shoal-dev/shoal/scrape"
 )
@@ -178,9 +179,19 @@ func waitWeightsPlaced(t *testing.T, nodes []*agent, count int) {
 	})
 }
 
-// weightPeriod stands for placement.DefaultWeightPeriod: how often owners
-// publish their targets' weights.
-const weightPeriod = 10 * time.Second
+// targetsMovedIn is the cluster's shoal_targets_moved_total{direction="in"}:
+// every move of a discovered target is a gain on some node.
+func targetsMovedIn(nodes []*agent) (float64, error) {
+	moved := 0.0
+	for _, a := range nodes {
+		v, err := a.metricValue("shoal_targets_moved_total", map[string]string{"direction": "in"})
+		if err != nil {
+			return 0, err
+		}
+		moved += v
+	}
+	return moved, nil
+}
 
 // waitPlacementSettled returns at once unless the cluster places with
 // bounded loads; then it polls until every target is placed by its
@@ -200,21 +211,16 @@ func waitPlacementSettled(t *testing.T, nodes []*agent, targets []*target) {
 	waitWeightsPlaced(t, nodes, len(targets))
 	last, since := -1.0, time.Now()
 	start := time.Now()
-	testutil.Eventually(t, weightsTimeout+2*weightPeriod, "no target moved by the weights for two publication periods", func() error {
-		moved := 0.0
-		for _, a := range nodes {
-			for _, dir := range []string{"in", "out"} {
-				v, err := a.metricValue("shoal_targets_moved_total", map[string]string{"direction": dir})
-				if err != nil {
-					return err
-				}
-				moved += v
-			}
+	quietFor := 2 * placement.DefaultWeightPeriod
+	testutil.Eventually(t, weightsTimeout+quietFor, "no target moved by the weights for two publication periods", func() error {
+		moved, err := targetsMovedIn(nodes)
+		if err != nil {
+			return err
 		}
 		if moved != last {
 			last, since = moved, time.Now()
 		}
-		if quiet := time.Since(since); quiet < 2*weightPeriod {
+		if quiet := time.Since(since); quiet < quietFor {
 			return fmt.Errorf("%v moves so far, the last %v ago", moved, quiet.Round(time.Second))
 		}
 		return nil
@@ -253,13 +259,9 @@ func startBounded(t *testing.T) (*handoffRun, []*target, map[string]int) {
 	waitServed(t, targets, began, 2, convergeTimeout)
 	h := &handoffRun{t: t, targets: targets, recv: recv, nodes: nodes, began: began, failed: map[string]float64{}}
 	waitBalanced(t, nodes, targets, size)
-	moved := 0.0
-	for _, a := range nodes {
-		v, err := a.metricValue("shoal_targets_moved_total", map[string]string{"direction": "in"})
-		if err != nil {
-			fatal(t, err)
-		}
-		moved += v
+	moved, err := targetsMovedIn(nodes)
+	if err != nil {
+		fatal(t, err)
 	}
 	t.Logf("targets moved by the published weights: %v", moved)
 	return h, targets, size
