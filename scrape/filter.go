@@ -216,9 +216,11 @@ type Filter struct {
 	// owned are the keys passed on to the scrape manager; waiting are keys
 	// gained and held back by the Handoff's gate at the last re-filter;
 	// known are the keys of every valid discovered target at the last
-	// re-filter.
+	// re-filter; fresh are the waiting keys that were new when first
+	// seen (not Known): starting later, they did not move in.
 	owned   map[uint64]int // key -> rank
 	waiting map[uint64]struct{}
+	fresh   map[uint64]struct{}
 	known   map[uint64]struct{}
 	// series maps the series identity (seriesID) of every known target to
 	// its key, and ownedSeries the owned keys to theirs: a key that goes

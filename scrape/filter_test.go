@@ -363,6 +363,18 @@ func TestGainedTargetsWaitForHandoff(t *testing.T) {
 			t.Errorf("new targets counted as moved: %v", got)
 		}
 	})
+	t.Run("new targets held until this node's fence", func(t *testing.T) {
+		// Discovered before the first view: the pass that places them
+		// comes before this node's fence of the view, so the gate holds
+		// them back once; they were new all the same.
+		h := startFilter(t, FilterOptions{Handoff: &recordingHandoff{released: true, delay: time.Hour}, RingCoalesce: -1}, nil, cfg)
+		h.send(t, discovery(50, "node"))
+		h.f.SetRing(ring.New([]string{"a", "b"}, 0), "a", 1, true)
+		h.waitOutput(t, 5*time.Second, "new targets", func(o tsets) bool { return count(o) > 0 })
+		if got := testutil.ToFloat64(h.f.metrics.movedIn); got != 0 {
+			t.Errorf("new targets counted as moved: %v", got)
+		}
+	})
 	t.Run("single node bootstrap", func(t *testing.T) {
 		h := startFilter(t, FilterOptions{Handoff: &recordingHandoff{released: true, delay: time.Hour}, RingCoalesce: -1}, nil, cfg)
 		h.f.SetRing(ring.New(nil, 0), "a", 1, false)
