@@ -28,7 +28,7 @@ const (
 	// leaves room for the watermarks, the scrape configuration ids, the
 	// sequence number, the features and the capabilities.
 	maxKubeNodeLen = 253
-	maxMetaStrings = 224
+	maxMetaStrings = 198
 	// maxLabelLen is memberlist's limit on the cluster label.
 	maxLabelLen = 255
 )

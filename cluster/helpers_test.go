@@ -238,6 +238,8 @@ func encodeMetaFull(state State, httpAddr, kubeNode string, start time.Time, lam
 		FencedRing:      wm.FencedRing,
 		AckedSeq:        wm.AckedSeq,
 		FencedPlacement: wm.FencedPlacement,
+		LostSeq:         wm.LostSeq,
+		Features:        featureLostSeq,
 		ConfigCur:       cfg.Cur,
 		ConfigPrev:      cfg.Prev,
 	}.marshal()

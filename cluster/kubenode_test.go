@@ -27,7 +27,7 @@ func TestKubeNodeInMetadata(t *testing.T) {
 	if err := checkKubeNode(name, len(addr)); err != nil {
 		t.Fatal(err)
 	}
-	max := Watermarks{FencedSeq: math.MaxUint64, FencedRing: math.MaxUint64, AckedSeq: math.MaxUint64, FencedPlacement: math.MaxUint64}
+	max := Watermarks{FencedSeq: math.MaxUint64, FencedRing: math.MaxUint64, AckedSeq: math.MaxUint64, FencedPlacement: math.MaxUint64, LostSeq: math.MaxUint64}
 	ids := ConfigIDs{Cur: math.MaxUint32, Prev: math.MaxUint32}
 	full, _, err := decodeMeta(encodeMetaFull(Terminating, addr, name, time.UnixMilli(math.MaxInt64), math.MaxUint64, max, ids, nil))
 	if err != nil {

@@ -1065,6 +1065,7 @@ func (n *Node) metaLocked() []byte {
 		ConfigCur: n.configIDs.Cur, ConfigPrev: n.configIDs.Prev,
 		FencedSeq: n.watermarks.FencedSeq, FencedRing: n.watermarks.FencedRing,
 		AckedSeq: n.watermarks.AckedSeq, FencedPlacement: n.watermarks.FencedPlacement,
+		LostSeq: n.watermarks.LostSeq,
 	}.marshal()
 }
 

@@ -91,7 +91,18 @@ type Watermarks struct {
 	// another configuration only the targets whose keys it moves. Zero
 	// from nodes of an older version.
 	FencedPlacement uint64
+	// LostSeq is the last fence (at most FencedSeq) that stopped targets
+	// the node had scraped; zero when none has in this life. A new owner
+	// waits only for the samples before it: a fence that stopped nothing
+	// hands nothing over. From nodes of an older version, FencedSeq (any
+	// fence may have stopped targets).
+	LostSeq uint64
 }
+
+// featureLostSeq in nodeMeta.Features says the node announces
+// Watermarks.LostSeq ("ls"; absent when zero). Without it a peer reads
+// LostSeq as FencedSeq.
+const featureLostSeq = 1 << 2
 
 // ConfigIDs tells which scrape configuration a node runs (Cur) and, while a
 // change it loaded is not yet the one the cluster places targets by, the
@@ -118,6 +129,8 @@ type nodeMeta struct {
 	AckedSeq   uint64 `json:"as,omitempty"`
 	// Placement generation of the fence; absent in older versions.
 	FencedPlacement uint64 `json:"fp,omitempty"`
+	// Watermarks.LostSeq; meaningful only with featureLostSeq.
+	LostSeq uint64 `json:"ls,omitempty"`
 	// Backlogs carried for nodes that left (Carry): [key, seq] pairs.
 	Carried [][2]uint64 `json:"c,omitempty"`
 	// Scrape configuration ids (ConfigIDs); absent in older versions.
@@ -125,7 +138,8 @@ type nodeMeta struct {
 	ConfigPrev uint64 `json:"cp,omitempty"`
 	// Seq counts the node's metadata changes within one life, so that a
 	// peer keeps the newest of what gossip and pushes bring (metapush.go);
-	// Features says what the node reads (featureMetaPush). Absent in older
+	// Features says what the node reads (featureMetaPush,
+	// featureWeightDeltas) and announces (featureLostSeq). Absent in older
 	// versions.
 	Seq      uint64 `json:"q,omitempty"`
 	Features uint64 `json:"f,omitempty"`
@@ -175,7 +189,11 @@ func carriedMeta(cs []Carry) [][2]uint64 {
 }
 
 func (m nodeMeta) watermarks() Watermarks {
-	return Watermarks{FencedSeq: m.FencedSeq, FencedRing: m.FencedRing, AckedSeq: m.AckedSeq, FencedPlacement: m.FencedPlacement}
+	w := Watermarks{FencedSeq: m.FencedSeq, FencedRing: m.FencedRing, AckedSeq: m.AckedSeq, FencedPlacement: m.FencedPlacement, LostSeq: m.LostSeq}
+	if m.Features&featureLostSeq == 0 {
+		w.LostSeq = m.FencedSeq
+	}
+	return w
 }
 
 func (m nodeMeta) configIDs() ConfigIDs {

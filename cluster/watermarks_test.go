@@ -9,7 +9,7 @@ import (
 )
 
 func TestWatermarksRoundTripAndOldMetadataDecodes(t *testing.T) {
-	wm := Watermarks{FencedSeq: 7, FencedRing: 0xfeedfacecafebeef, AckedSeq: 6}
+	wm := Watermarks{FencedSeq: 7, FencedRing: 0xfeedfacecafebeef, AckedSeq: 6, LostSeq: 5}
 	b := encodeMetaWith(Participant, "h:1", time.UnixMilli(42), 3, wm)
 	m, st, err := decodeMeta(b)
 	if err != nil || st != Participant {
@@ -31,6 +31,18 @@ func TestWatermarksRoundTripAndOldMetadataDecodes(t *testing.T) {
 	if m.watermarks() != (Watermarks{}) {
 		t.Fatalf("old metadata decoded watermarks %+v, want zero", m.watermarks())
 	}
+
+	// A node with watermarks that does not announce LostSeq: any of its
+	// fences may have stopped targets, so the last one counts.
+	older := []byte(`{"v":1,"s":"participant","t":1700000000000,"l":12,"fs":9,"as":8,"f":3}`)
+	if m, _, err = decodeMeta(older); err != nil || m.watermarks().LostSeq != 9 {
+		t.Fatalf("metadata without LostSeq: LostSeq = %d (%v), want FencedSeq 9", m.watermarks().LostSeq, err)
+	}
+	// One that does and has stopped nothing in this life announces zero.
+	none := []byte(`{"v":1,"s":"participant","t":1700000000000,"l":12,"fs":9,"as":8,"f":7}`)
+	if m, _, err = decodeMeta(none); err != nil || m.watermarks().LostSeq != 0 {
+		t.Fatalf("metadata with LostSeq zero: LostSeq = %d (%v), want 0", m.watermarks().LostSeq, err)
+	}
 }
 
 func TestWatermarksReachPeers(t *testing.T) {
@@ -44,7 +56,7 @@ func TestWatermarksReachPeers(t *testing.T) {
 	})
 	changes, unsubscribe := nodes[1].Subscribe()
 	defer unsubscribe()
-	wm := Watermarks{FencedSeq: 3, FencedRing: 99, AckedSeq: 2}
+	wm := Watermarks{FencedSeq: 3, FencedRing: 99, AckedSeq: 2, LostSeq: 1}
 	nodes[0].SetWatermarks(wm)
 	if nodes[0].Self().Handoff != wm {
 		t.Fatalf("Self().Handoff = %+v", nodes[0].Self().Handoff)

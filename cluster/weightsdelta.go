@@ -49,9 +49,9 @@ const (
 // features is what this node says it reads (nodeMeta.Features).
 func (n *Node) features() uint64 {
 	if n.cfg.noWeightDeltas {
-		return featureMetaPush
+		return featureMetaPush | featureLostSeq
 	}
-	return featureMetaPush | featureWeightDeltas
+	return featureMetaPush | featureWeightDeltas | featureLostSeq
 }
 
 // weightsDelta is the change from one version of a node's set to the next.

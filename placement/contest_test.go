@@ -25,16 +25,16 @@ func TestContestedByPeersOnAnotherPlacement(t *testing.T) {
 		other := ring.New([]string{"a", "b"}, 8)
 		gen, old := RingID(r), RingID(other)
 		wm := func(seq, gen uint64) cluster.Watermarks {
-			return cluster.Watermarks{FencedSeq: seq, FencedRing: gen, AckedSeq: seq, FencedPlacement: gen}
+			return cluster.Watermarks{FencedSeq: seq, LostSeq: seq, FencedRing: gen, AckedSeq: seq, FencedPlacement: gen}
 		}
 
 		h.cl.setPeer(participant("b", wm(3, gen)))
-		h.cl.setPeer(participant("c", cluster.Watermarks{FencedSeq: 2, FencedRing: 77, AckedSeq: 2})) // older version
+		h.cl.setPeer(participant("c", cluster.Watermarks{FencedSeq: 2, LostSeq: 2, FencedRing: 77, AckedSeq: 2})) // older version
 		h.cl.setPeer(cluster.Peer{Name: "v", State: cluster.Viewer, Handoff: wm(1, old)})
 		if h.c.Contested(r, 0) {
 			t.Fatal("contested by a viewer or a peer that announces no generation")
 		}
-		h.cl.setPeer(participant("b", cluster.Watermarks{FencedSeq: 4, FencedRing: ViewID(r, 5), AckedSeq: 4, FencedPlacement: gen}))
+		h.cl.setPeer(participant("b", cluster.Watermarks{FencedSeq: 4, LostSeq: 4, FencedRing: ViewID(r, 5), AckedSeq: 4, FencedPlacement: gen}))
 		if h.c.Contested(r, 0) {
 			t.Fatal("contested by a peer on this placement under another configuration")
 		}
@@ -91,7 +91,7 @@ func TestContestTimeoutRechecksTheFilter(t *testing.T) {
 		synctest.Wait()
 		r := ring.New([]string{"a", "b"}, 8)
 		other := ring.New([]string{"b"}, 8)
-		h.cl.setPeer(participant("b", cluster.Watermarks{FencedSeq: 1, FencedRing: RingID(other), FencedPlacement: RingID(other)}))
+		h.cl.setPeer(participant("b", cluster.Watermarks{FencedSeq: 1, LostSeq: 1, FencedRing: RingID(other), FencedPlacement: RingID(other)}))
 		synctest.Wait()
 		if !h.c.Contested(r, 0) {
 			t.Fatal("not contested")
@@ -118,12 +118,12 @@ func TestHoldsWaitingForEachOthersNextFenceEndAfterTheDelay(t *testing.T) {
 		r := ring.New([]string{"a", "b"}, 8)
 		other := ring.New([]string{"b"}, 8)
 		// b's last fence (acknowledged) is of another placement.
-		h.cl.setPeer(participant("b", cluster.Watermarks{FencedSeq: 3, FencedRing: RingID(other), AckedSeq: 3, FencedPlacement: RingID(other)}))
+		h.cl.setPeer(participant("b", cluster.Watermarks{FencedSeq: 3, LostSeq: 3, FencedRing: RingID(other), AckedSeq: 3, FencedPlacement: RingID(other)}))
 		h.c.Fenced(r, 0, true)
 		h.c.Activate(r, 0, []scrape.Unit{{Key: 9}})
 		// b fences r after a's hold, but b's own hold (for a's next fence)
 		// keeps that fence from being acknowledged.
-		h.cl.setPeer(participant("b", cluster.Watermarks{FencedSeq: 4, FencedRing: RingID(r), AckedSeq: 3, FencedPlacement: RingID(r)}))
+		h.cl.setPeer(participant("b", cluster.Watermarks{FencedSeq: 4, LostSeq: 4, FencedRing: RingID(r), AckedSeq: 3, FencedPlacement: RingID(r)}))
 		h.remote.ack(wal.Position{Segment: 1 << 30})
 		time.Sleep(DefaultHandoffDelay - 100*time.Millisecond)
 		synctest.Wait()
@@ -160,7 +160,7 @@ func TestHandoffDelayZeroIsTheDefaultForGateAndHold(t *testing.T) {
 				r := ring.New([]string{"a", "b"}, 8)
 				// b has not fenced r: the hold waits for its next fence, for
 				// the delay only.
-				h.cl.setPeer(participant("b", cluster.Watermarks{FencedSeq: 3, FencedRing: 77, AckedSeq: 3}))
+				h.cl.setPeer(participant("b", cluster.Watermarks{FencedSeq: 3, LostSeq: 3, FencedRing: 77, AckedSeq: 3}))
 				h.c.Fenced(r, 0, true)
 				h.c.Activate(r, 0, []scrape.Unit{{Key: 9}})
 				h.remote.ack(wal.Position{Segment: 1 << 30})

@@ -229,6 +229,7 @@ type Coordinator struct {
 	fencedSeq   uint64
 	fencedRing  uint64
 	fencedGen   uint64 // RingID of the placement of fencedSeq
+	lostSeq     uint64 // the last fence that stopped targets (Watermarks.LostSeq)
 	ackedSeq    uint64
 	finalSeq    uint64      // the fence made as a non-participant while terminating
 	pending     []fenceMark // fences not acknowledged yet, oldest first
@@ -256,12 +257,18 @@ type hold struct {
 	nextUntil time.Time
 	release   func()
 	// need is, per peer, the fence whose samples must be acknowledged
-	// before the hold goes: the peer's last fence when the hold was placed.
-	// Only fences made before the hold are waited for, so every wait points
-	// back in time and two holding nodes can never wait for each other
-	// (a fence's acknowledgement waits for the holds placed before it). The
-	// one exception is bounded: a peer that had not fenced the hold's view
-	// is waited for until it acknowledges its next fence, but only until
+	// before the hold goes: the peer's last fence that stopped targets
+	// when the hold was placed (Watermarks.LostSeq). A peer's samples of a
+	// target it no longer scrapes all lie before the fence that stopped
+	// it, and a fence that stopped nothing hands nothing over, so peers
+	// that stopped nothing since their last acknowledgement are not in
+	// need: a hold waits for the peers that handed targets over, not for
+	// every peer. Only fences made before the hold are waited for, so every
+	// wait points back in time and two holding nodes can never wait for
+	// each other (a fence's acknowledgement waits for the holds placed
+	// before it). The one exception is bounded: a peer that had not fenced
+	// the hold's view is waited for until it acknowledges its next fence,
+	// or announces that the fence stopped nothing, but only until
 	// nextUntil.
 	need map[string]peerNeed
 	// backlogs is Options.Backlogs (nil: none).
@@ -271,9 +278,10 @@ type hold struct {
 }
 
 type peerNeed struct {
-	seq   uint64    // the peer's last fence before the hold
-	next  bool      // it was not of the hold's view: until nextUntil, seq+1 is waited for
-	start time.Time // the peer's start time: a restarted peer is not waited for
+	seq    uint64    // the peer's last fence that stopped targets, before the hold
+	fenced uint64    // the peer's last fence before the hold
+	next   bool      // it was not of the hold's view: until nextUntil, fenced+1 is waited for
+	start  time.Time // the peer's start time: a restarted peer is not waited for
 }
 
 // New returns a Coordinator. reg may be nil.
@@ -755,6 +763,9 @@ func (c *Coordinator) Fenced(r scrape.Placement, config uint64, participant bool
 	}
 	c.fencedSeq++
 	c.fencedRing = id
+	if c.fencedAny {
+		c.lostSeq = c.fencedSeq
+	}
 	c.fencedAny = false
 	if c.terminating && !participant {
 		c.finalSeq = c.fencedSeq
@@ -784,7 +795,7 @@ func (c *Coordinator) publishWatermarks() {
 }
 
 func (c *Coordinator) watermarksLocked() cluster.Watermarks {
-	return cluster.Watermarks{FencedSeq: c.fencedSeq, FencedRing: c.fencedRing, AckedSeq: c.ackedSeq, FencedPlacement: c.fencedGen}
+	return cluster.Watermarks{FencedSeq: c.fencedSeq, FencedRing: c.fencedRing, AckedSeq: c.ackedSeq, FencedPlacement: c.fencedGen, LostSeq: c.lostSeq}
 }
 
 // Admit implements scrape.Handoff: the gate decides which gained targets
@@ -935,7 +946,8 @@ func (c *Coordinator) Activate(r scrape.Placement, config uint64, units []scrape
 	}
 	need := map[string]peerNeed{}
 	for _, p := range c.peersToWaitFor() {
-		if p.Handoff.FencedSeq == 0 {
+		wm := p.Handoff
+		if wm.FencedSeq == 0 {
 			// A peer of a version without watermarks, or one that has not
 			// fenced anything yet (so owns nothing): nothing to wait for.
 			continue
@@ -947,7 +959,12 @@ func (c *Coordinator) Activate(r scrape.Placement, config uint64, units []scrape
 		// two nodes each holding for the other's next fence would
 		// otherwise wait for each other until the hand-off timeout. A
 		// peer that makes it later overlapped with this node anyway.
-		need[p.Name] = peerNeed{seq: p.Handoff.FencedSeq, next: !fencedView(p, viewID, ringID), start: p.StartTime}
+		next := !fencedView(p, viewID, ringID)
+		if !next && wm.AckedSeq >= wm.LostSeq {
+			// Whatever it stopped scraping, its samples are delivered.
+			continue
+		}
+		need[p.Name] = peerNeed{seq: wm.LostSeq, fenced: wm.FencedSeq, next: next, start: p.StartTime}
 	}
 	h := &hold{start: now, due: now.Add(c.opts.HandoffTimeout), nextUntil: now.Add(c.opts.HandoffDelay), release: c.remote.Hold(pos), need: need, backlogs: c.opts.Backlogs}
 	c.mu.Lock()
@@ -965,7 +982,7 @@ func needSummary(need map[string]peerNeed) string {
 	var parts []string
 	for _, name := range slices.Sorted(maps.Keys(need)) {
 		n := need[name]
-		parts = append(parts, fmt.Sprintf("%s:seq=%d,next=%v", name, n.seq, n.next))
+		parts = append(parts, fmt.Sprintf("%s:seq=%d,fenced=%d,next=%v", name, n.seq, n.fenced, n.next))
 	}
 	return strings.Join(parts, " ")
 }
@@ -1093,13 +1110,16 @@ func (h *hold) waitingFor(alive map[string]cluster.Peer, now time.Time) []string
 	for name, n := range h.need {
 		p, ok := alive[name]
 		seq := n.seq
-		if n.next && now.Before(h.nextUntil) {
-			seq++
+		if n.next && now.Before(h.nextUntil) && !stoppedNothingSince(p, ok, n) {
+			seq = max(seq, n.fenced+1)
 		}
 		if h.backlogs != nil && h.backlogs.Pending(name, n.start, seq, !ok) {
 			// Handed over to another node: its delivery is the peer's.
 			out = append(out, name)
 			continue
+		}
+		if seq == 0 {
+			continue // it stopped nothing in the life the hold saw
 		}
 		switch {
 		case !ok:
@@ -1115,6 +1135,13 @@ func (h *hold) waitingFor(alive map[string]cluster.Peer, now time.Time) []string
 	}
 	slices.Sort(out)
 	return out
+}
+
+// stoppedNothingSince reports whether p (ok: alive) has, in the life n
+// saw, fenced since n's fence and announces that none of those fences
+// stopped a target: the next fence n waits for handed nothing over.
+func stoppedNothingSince(p cluster.Peer, ok bool, n peerNeed) bool {
+	return ok && p.StartTime.Equal(n.start) && p.Handoff.FencedSeq > n.fenced && p.Handoff.LostSeq <= n.fenced
 }
 
 // setsSummary describes published sets for a debug log: name, version and

@@ -377,7 +377,7 @@ func TestPromotionAndRingRebuild(t *testing.T) {
 		}
 
 		// A watermark change alone does not rebuild the ring.
-		h.cl.setPeer(participant("b", cluster.Watermarks{FencedSeq: 1, FencedRing: 7}))
+		h.cl.setPeer(participant("b", cluster.Watermarks{FencedSeq: 1, LostSeq: 1, FencedRing: 7}))
 		synctest.Wait()
 		if _, _, n := h.filter.last(); n != sets {
 			t.Fatalf("ring rebuilt on a watermark change (%d → %d SetRing calls)", sets, n)
@@ -450,28 +450,28 @@ func TestReleasedWaitsForEveryLivePeerFence(t *testing.T) {
 		h := start(t, Options{})
 		r := ring.New([]string{"a", "b", "c"}, 8)
 		id := RingID(r)
-		h.cl.setPeer(participant("b", cluster.Watermarks{FencedSeq: 3, FencedRing: id}))
-		h.cl.setPeer(cluster.Peer{Name: "c", State: cluster.Terminating, Handoff: cluster.Watermarks{FencedSeq: 2, FencedRing: 99}})
+		h.cl.setPeer(participant("b", cluster.Watermarks{FencedSeq: 3, LostSeq: 3, FencedRing: id}))
+		h.cl.setPeer(cluster.Peer{Name: "c", State: cluster.Terminating, Handoff: cluster.Watermarks{FencedSeq: 2, LostSeq: 2, FencedRing: 99}})
 		h.cl.setPeer(cluster.Peer{Name: "v", State: cluster.Viewer})
 		if h.c.Released(r, 0) {
 			t.Fatal("released while terminating c has not fenced the ring")
 		}
-		h.cl.setPeer(cluster.Peer{Name: "c", State: cluster.Terminating, Handoff: cluster.Watermarks{FencedSeq: 3, FencedRing: id}})
+		h.cl.setPeer(cluster.Peer{Name: "c", State: cluster.Terminating, Handoff: cluster.Watermarks{FencedSeq: 3, LostSeq: 3, FencedRing: id}})
 		if h.c.Released(r, 0) {
 			t.Fatal("released while viewer v, maybe a participant in its own view, announced nothing")
 		}
-		h.cl.setPeer(cluster.Peer{Name: "v", State: cluster.Viewer, Handoff: cluster.Watermarks{FencedSeq: 1, FencedRing: id}})
+		h.cl.setPeer(cluster.Peer{Name: "v", State: cluster.Viewer, Handoff: cluster.Watermarks{FencedSeq: 1, LostSeq: 1, FencedRing: id}})
 		if !h.c.Released(r, 0) {
 			t.Fatal("not released with every live peer fenced")
 		}
-		h.cl.setPeer(participant("c", cluster.Watermarks{FencedSeq: 4, FencedRing: 5}))
+		h.cl.setPeer(participant("c", cluster.Watermarks{FencedSeq: 4, LostSeq: 4, FencedRing: 5}))
 		h.cl.removePeer("c") // dead or left: not waited for
 		if !h.c.Released(r, 0) {
 			t.Fatal("a gone peer is waited for")
 		}
 		// A viewer that announces fences may already be a participant in
 		// its own view (promoted at the same moment): it is waited for.
-		h.cl.setPeer(cluster.Peer{Name: "w", State: cluster.Viewer, Handoff: cluster.Watermarks{FencedSeq: 1, FencedRing: 42}})
+		h.cl.setPeer(cluster.Peer{Name: "w", State: cluster.Viewer, Handoff: cluster.Watermarks{FencedSeq: 1, LostSeq: 1, FencedRing: 42}})
 		if h.c.Released(r, 0) {
 			t.Fatal("released while a viewer announcing another ring may be scraping")
 		}
@@ -488,7 +488,7 @@ func TestGainedStartsOnlyAfterThisNodesFenceOfTheView(t *testing.T) {
 		h := start(t, Options{})
 		before, r := ring.New([]string{"a", "b", "c"}, 8), ring.New([]string{"a", "b"}, 8)
 		h.c.Fenced(before, 0, true)
-		h.cl.setPeer(participant("b", cluster.Watermarks{FencedSeq: 3, FencedRing: RingID(r)}))
+		h.cl.setPeer(participant("b", cluster.Watermarks{FencedSeq: 3, LostSeq: 3, FencedRing: RingID(r)}))
 		synctest.Wait()
 		cands := []gate.Candidate{{Key: 1, Known: true}}
 		if a := h.c.Admit(time.Now(), r, 0, cands); a.Start[0] {
@@ -514,14 +514,14 @@ func TestHoldReleasedWhenPeerAcked(t *testing.T) {
 		h := start(t, Options{HandoffTimeout: time.Minute})
 		r := ring.New([]string{"a", "b"}, 8)
 		id := RingID(r)
-		h.cl.setPeer(participant("b", cluster.Watermarks{FencedSeq: 5, FencedRing: id, AckedSeq: 4}))
+		h.cl.setPeer(participant("b", cluster.Watermarks{FencedSeq: 5, LostSeq: 5, FencedRing: id, AckedSeq: 4}))
 		gainUnder(t, h, r)
 		time.Sleep(10 * time.Second)
 		synctest.Wait()
 		if h.remote.held() != 1 {
 			t.Fatal("hold released while b's last fence is not acknowledged")
 		}
-		h.cl.setPeer(participant("b", cluster.Watermarks{FencedSeq: 5, FencedRing: id, AckedSeq: 5}))
+		h.cl.setPeer(participant("b", cluster.Watermarks{FencedSeq: 5, LostSeq: 5, FencedRing: id, AckedSeq: 5}))
 		synctest.Wait()
 		if h.remote.held() != 0 {
 			t.Fatal("hold kept after b acknowledged its fence")
@@ -544,16 +544,16 @@ func TestHoldWaitsOnlyForFencesBeforeIt(t *testing.T) {
 		h := start(t, Options{HandoffTimeout: time.Minute})
 		r := ring.New([]string{"a", "b"}, 8)
 		id := RingID(r)
-		h.cl.setPeer(participant("b", cluster.Watermarks{FencedSeq: 5, FencedRing: id, AckedSeq: 4}))
+		h.cl.setPeer(participant("b", cluster.Watermarks{FencedSeq: 5, LostSeq: 5, FencedRing: id, AckedSeq: 4}))
 		gainUnder(t, h, r)
 		// b fences a newer ring whose samples its own hold keeps back.
-		h.cl.setPeer(participant("b", cluster.Watermarks{FencedSeq: 6, FencedRing: id + 1, AckedSeq: 4}))
+		h.cl.setPeer(participant("b", cluster.Watermarks{FencedSeq: 6, LostSeq: 6, FencedRing: id + 1, AckedSeq: 4}))
 		time.Sleep(time.Second)
 		synctest.Wait()
 		if h.remote.held() != 1 {
 			t.Fatal("hold released before b acknowledged the fence it was placed after")
 		}
-		h.cl.setPeer(participant("b", cluster.Watermarks{FencedSeq: 6, FencedRing: id + 1, AckedSeq: 5}))
+		h.cl.setPeer(participant("b", cluster.Watermarks{FencedSeq: 6, LostSeq: 6, FencedRing: id + 1, AckedSeq: 5}))
 		synctest.Wait()
 		if h.remote.held() != 0 {
 			t.Fatal("hold kept waiting for b's later fence")
@@ -562,6 +562,88 @@ func TestHoldWaitsOnlyForFencesBeforeIt(t *testing.T) {
 			t.Fatalf("hold timeouts %v, want 0", v)
 		}
 	})
+}
+
+// A fence that stopped no target hands nothing over: the node announces
+// as LostSeq only the fences that did, which is what new owners wait for.
+func TestLostSeqCountsOnlyFencesThatStoppedTargets(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := start(t, Options{})
+		r1 := ring.New([]string{"a", "b"}, 8)
+		r2 := ring.New([]string{"a", "b", "c"}, 8)
+		if err := h.c.Fence(context.Background(), []scrape.Unit{{Key: 1}}); err != nil {
+			t.Fatal(err)
+		}
+		h.c.Fenced(r1, 0, true)
+		if wm := h.cl.Self().Handoff; wm.FencedSeq != 1 || wm.LostSeq != 1 {
+			t.Fatalf("after a fence that stopped a target: %+v, want FencedSeq 1, LostSeq 1", wm)
+		}
+		h.c.Fenced(r2, 0, true) // a ring change that stopped nothing here
+		if wm := h.cl.Self().Handoff; wm.FencedSeq != 2 || wm.LostSeq != 1 {
+			t.Fatalf("after a fence that stopped nothing: %+v, want FencedSeq 2, LostSeq 1", wm)
+		}
+	})
+}
+
+// A hold waits for the peers that handed targets over, not for every peer:
+// at 50 replicas a leave made every new owner wait for all 49 queues, the
+// slowest one holding them all.
+func TestHoldWaitsOnlyForPeersThatStoppedTargets(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := start(t, Options{HandoffTimeout: time.Minute})
+		r := ring.New([]string{"a", "b", "c"}, 8)
+		id := RingID(r)
+		// b fenced r without stopping anything since its acknowledged fence
+		// 3; c stopped targets at its fence 5, not acknowledged yet.
+		h.cl.setPeer(participant("b", cluster.Watermarks{FencedSeq: 5, LostSeq: 3, FencedRing: id, AckedSeq: 3}))
+		h.cl.setPeer(participant("c", cluster.Watermarks{FencedSeq: 5, LostSeq: 5, FencedRing: id, AckedSeq: 4}))
+		gainUnder(t, h, r)
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		if h.remote.held() != 1 {
+			t.Fatal("hold released while c's fence that stopped targets is not acknowledged")
+		}
+		h.cl.setPeer(participant("c", cluster.Watermarks{FencedSeq: 5, LostSeq: 5, FencedRing: id, AckedSeq: 5}))
+		synctest.Wait()
+		if h.remote.held() != 0 {
+			t.Fatal("hold kept waiting for b, whose fences since its acknowledged one stopped nothing")
+		}
+	})
+}
+
+// A peer that had not fenced the hold's view is waited for (within the
+// hand-off delay) until its next fence is acknowledged, or until that fence
+// shows it stopped nothing.
+func TestHoldForANextFenceEndsWhenItStoppedNothing(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		lost    uint64 // b's LostSeq after its next fence, 4
+		release bool
+	}{
+		{"stopped nothing", 2, true},
+		{"stopped targets", 4, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				h := start(t, Options{HandoffTimeout: time.Minute})
+				r := ring.New([]string{"a", "b"}, 8)
+				other := ring.New([]string{"b"}, 8)
+				h.cl.setPeer(participant("b", cluster.Watermarks{FencedSeq: 3, LostSeq: 2, FencedRing: RingID(other), AckedSeq: 3, FencedPlacement: RingID(other)}))
+				gainUnder(t, h, r)
+				time.Sleep(time.Second)
+				synctest.Wait()
+				if h.remote.held() != 1 {
+					t.Fatal("hold released before b made its next fence")
+				}
+				h.cl.setPeer(participant("b", cluster.Watermarks{FencedSeq: 4, LostSeq: tc.lost, FencedRing: RingID(r), AckedSeq: 3, FencedPlacement: RingID(r)}))
+				time.Sleep(100 * time.Millisecond)
+				synctest.Wait()
+				if released := h.remote.held() == 0; released != tc.release {
+					t.Fatalf("hold released = %v after b's next fence (LostSeq %d, not acknowledged), want %v", released, tc.lost, tc.release)
+				}
+			})
+		})
+	}
 }
 
 // A peer released by the hand-off delay before it fenced this node's ring
@@ -575,7 +657,7 @@ func TestHoldWaitsForLateAndRestartedPeers(t *testing.T) {
 		r := ring.New([]string{"a", "b"}, 8)
 		id := RingID(r)
 		born := time.Unix(100, 0)
-		b := participant("b", cluster.Watermarks{FencedSeq: 3, FencedRing: id + 7, AckedSeq: 3})
+		b := participant("b", cluster.Watermarks{FencedSeq: 3, LostSeq: 3, FencedRing: id + 7, AckedSeq: 3})
 		b.StartTime = born
 		h.cl.setPeer(b)
 		gainUnder(t, h, r)
@@ -592,7 +674,7 @@ func TestHoldWaitsForLateAndRestartedPeers(t *testing.T) {
 		if h.remote.held() != 1 {
 			t.Fatal("hold released while the restarted b may still send its old backlog")
 		}
-		b.Handoff = cluster.Watermarks{FencedSeq: 1, FencedRing: id, AckedSeq: 1}
+		b.Handoff = cluster.Watermarks{FencedSeq: 1, LostSeq: 1, FencedRing: id, AckedSeq: 1}
 		h.cl.setPeer(b)
 		synctest.Wait()
 		if h.remote.held() != 0 {
@@ -614,7 +696,7 @@ func TestHoldOfLateLearnerEndsWhenPeersAlreadyAcked(t *testing.T) {
 		r1 := ring.New([]string{"a", "b"}, 8) // c died
 		h.c.Fenced(r0, 0, true)
 		// b noticed first: it fenced r1 and its queues acknowledged that.
-		h.cl.setPeer(participant("b", cluster.Watermarks{FencedSeq: 5, FencedRing: RingID(r1), AckedSeq: 5}))
+		h.cl.setPeer(participant("b", cluster.Watermarks{FencedSeq: 5, LostSeq: 5, FencedRing: RingID(r1), AckedSeq: 5}))
 		if !h.c.Released(r1, 0) {
 			t.Fatal("not released although every live peer fenced r1")
 		}
@@ -634,7 +716,7 @@ func TestHoldReleasedWhenPeerGone(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := start(t, Options{HandoffTimeout: time.Minute})
 		r := ring.New([]string{"a"}, 8)
-		h.cl.setPeer(cluster.Peer{Name: "b", State: cluster.Terminating, Handoff: cluster.Watermarks{FencedSeq: 2, FencedRing: RingID(r), AckedSeq: 1}})
+		h.cl.setPeer(cluster.Peer{Name: "b", State: cluster.Terminating, Handoff: cluster.Watermarks{FencedSeq: 2, LostSeq: 2, FencedRing: RingID(r), AckedSeq: 1}})
 		gainUnder(t, h, r)
 		time.Sleep(time.Second)
 		synctest.Wait()
@@ -653,7 +735,7 @@ func TestHoldReleasedByTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := start(t, Options{HandoffTimeout: time.Minute})
 		r := ring.New([]string{"a", "b"}, 8)
-		h.cl.setPeer(participant("b", cluster.Watermarks{FencedSeq: 5, FencedRing: RingID(r), AckedSeq: 1}))
+		h.cl.setPeer(participant("b", cluster.Watermarks{FencedSeq: 5, LostSeq: 5, FencedRing: RingID(r), AckedSeq: 1}))
 		gainUnder(t, h, r)
 		time.Sleep(59 * time.Second)
 		synctest.Wait()
@@ -677,8 +759,8 @@ func TestLongHoldIsLoggedWithThePeersItWaitsFor(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := start(t, Options{HandoffTimeout: 5 * time.Minute})
 		r := ring.New([]string{"a", "b", "c"}, 8)
-		h.cl.setPeer(participant("b", cluster.Watermarks{FencedSeq: 5, FencedRing: RingID(r), AckedSeq: 4}))
-		h.cl.setPeer(participant("c", cluster.Watermarks{FencedSeq: 3, FencedRing: RingID(r), AckedSeq: 3}))
+		h.cl.setPeer(participant("b", cluster.Watermarks{FencedSeq: 5, LostSeq: 5, FencedRing: RingID(r), AckedSeq: 4}))
+		h.cl.setPeer(participant("c", cluster.Watermarks{FencedSeq: 3, LostSeq: 3, FencedRing: RingID(r), AckedSeq: 3}))
 		gainUnder(t, h, r)
 		time.Sleep(holdWarnAfter - time.Second)
 		synctest.Wait()

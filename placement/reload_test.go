@@ -30,7 +30,7 @@ func TestReleasedAndHoldFollowTheConfiguration(t *testing.T) {
 		h := start(t, Options{HandoffTimeout: time.Minute})
 		r := ring.New([]string{"a", "b"}, 8)
 		b := func(seq, acked uint64, cfg uint64) cluster.Peer {
-			return participant("b", cluster.Watermarks{FencedSeq: seq, FencedRing: ViewID(r, cfg), AckedSeq: acked, FencedPlacement: RingID(r)})
+			return participant("b", cluster.Watermarks{FencedSeq: seq, LostSeq: seq, FencedRing: ViewID(r, cfg), AckedSeq: acked, FencedPlacement: RingID(r)})
 		}
 		h.cl.setPeer(b(3, 3, oldCfg))
 		if !h.c.Released(r, oldCfg) {
@@ -97,7 +97,7 @@ func TestReleasedAcceptsRingOnlyFenceOfOlderPeer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := start(t, Options{HandoffTimeout: time.Minute})
 		r := ring.New([]string{"a", "b"}, 8)
-		h.cl.setPeer(participant("b", cluster.Watermarks{FencedSeq: 3, FencedRing: RingID(r), AckedSeq: 3}))
+		h.cl.setPeer(participant("b", cluster.Watermarks{FencedSeq: 3, LostSeq: 3, FencedRing: RingID(r), AckedSeq: 3}))
 		if !h.c.Released(r, 8) {
 			t.Fatal("an older peer's fence of the ring does not release it")
 		}
