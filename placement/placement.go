@@ -30,16 +30,19 @@
 //     participating peer follows another placement generation (Contested):
 //     then it waits until that peer fences this one or leaves, at most
 //     --cluster.handoff-timeout. On start (Activate) the Coordinator holds
-//     the remote-write queues at the WAL end until every such peer has
-//     acknowledged its last fence made before the hold (a peer that had not
-//     fenced the view: its next fence, for at most the hand-off delay), so
-//     that two holding nodes never wait for each other; or the peer is
-//     gone, or --cluster.handoff-timeout passes. So the receiver gets the
-//     old owner's samples first.
+//     the remote-write queues at the WAL end until every peer that stopped
+//     targets has acknowledged the last fence that stopped any, made before
+//     the hold (a peer that had not fenced the view: its next fence, unless
+//     that stopped nothing, for at most the hand-off delay), so that two
+//     holding nodes never wait for each other; or the peer is gone, or
+//     --cluster.handoff-timeout passes. So the receiver gets the old owner's
+//     samples first.
 //
-// Waiting for every live peer rather than for the previous owners of each
-// target is simpler and still sound: a peer that owned nothing of it fences
-// and acknowledges at once. It costs a little when an unrelated peer is slow.
+// The gate waits for every live peer rather than for the previous owners of
+// each target: simpler and still sound, since a peer that owned nothing of
+// it fences at once, and bounded by the hand-off delay. The hold, which a
+// slow queue can stretch to the hand-off timeout, waits only for the peers
+// that stopped targets.
 package placement
 
 import (
