@@ -2,8 +2,9 @@ package web
 
 import (
 	"encoding/json"
+	"maps"
 	"net/http"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -65,44 +66,77 @@ type targetDiscovery struct {
 
 func (h *Handler) activeTargets() []activeTarget {
 	out := []activeTarget{}
-	if h.opts.Scrape == nil {
-		return out
-	}
 	lb := labels.NewBuilder(labels.EmptyLabels())
 	sources := h.monitorJobs().Sources
-	pools := h.opts.Scrape.TargetsActive()
-	names := make([]string, 0, len(pools))
-	for p := range pools {
-		names = append(names, p)
-	}
-	sort.Strings(names)
-	for _, pool := range names {
-		for _, t := range pools[pool] {
-			lastErr := ""
-			if err := t.LastError(); err != nil {
-				lastErr = err.Error()
-			}
-			out = append(out, activeTarget{
-				DiscoveredLabels:   t.DiscoveredLabels(lb),
-				Labels:             t.Labels(lb),
-				ScrapePool:         pool,
-				ScrapeURL:          t.URL().String(),
-				GlobalURL:          t.URL().String(),
-				LastError:          lastErr,
-				LastScrape:         t.LastScrape(),
-				LastScrapeDuration: t.LastScrapeDuration().Seconds(),
-				Health:             t.Health(),
-				ScrapeInterval:     t.GetValue(model.ScrapeIntervalLabel),
-				ScrapeTimeout:      t.GetValue(model.ScrapeTimeoutLabel),
-				Source:             sources[pool],
-			})
-		}
-	}
+	h.eachActive(func(pool string, t *promscrape.Target) {
+		out = append(out, activeTarget{
+			DiscoveredLabels:   t.DiscoveredLabels(lb),
+			Labels:             t.Labels(lb),
+			ScrapePool:         pool,
+			ScrapeURL:          t.URL().String(),
+			GlobalURL:          t.URL().String(),
+			LastError:          lastError(t),
+			LastScrape:         t.LastScrape(),
+			LastScrapeDuration: t.LastScrapeDuration().Seconds(),
+			Health:             t.Health(),
+			ScrapeInterval:     t.GetValue(model.ScrapeIntervalLabel),
+			ScrapeTimeout:      t.GetValue(model.ScrapeTimeoutLabel),
+			Source:             sources[pool],
+		})
+	})
 	return out
 }
 
+// scrapeStates are the active targets' scrape states alone, what the
+// cluster views ask peers for (fieldsScrape): no labels to build, encode
+// and decode, about a fifth of the bytes of activeTargets.
+func (h *Handler) scrapeStates() []scrapeState {
+	out := []scrapeState{}
+	h.eachActive(func(pool string, t *promscrape.Target) {
+		out = append(out, scrapeState{ScrapePool: pool, ScrapeURL: t.URL().String(), scrapeDetail: scrapeDetail{
+			Health:             string(t.Health()),
+			LastScrape:         t.LastScrape(),
+			LastError:          lastError(t),
+			LastScrapeDuration: t.LastScrapeDuration().Seconds(),
+		}})
+	})
+	return out
+}
+
+// eachActive calls fn with every active target, pools in name order.
+func (h *Handler) eachActive(fn func(pool string, t *promscrape.Target)) {
+	if h.opts.Scrape == nil {
+		return
+	}
+	pools := h.opts.Scrape.TargetsActive()
+	for _, pool := range slices.Sorted(maps.Keys(pools)) {
+		for _, t := range pools[pool] {
+			fn(pool, t)
+		}
+	}
+}
+
+func lastError(t *promscrape.Target) string {
+	if err := t.LastError(); err != nil {
+		return err.Error()
+	}
+	return ""
+}
+
+// fieldsScrape, as /api/v1/targets?fields=scrape (shoal's own parameter),
+// asks for the active targets' scrape states alone (scrapeState): the
+// cluster views ask every peer for them, and a peer of a version that does
+// not know the parameter answers the full entries, which decode the same.
+const fieldsScrape = "scrape"
+
 func (h *Handler) apiTargets(w http.ResponseWriter, r *http.Request) {
 	state := strings.ToLower(r.URL.Query().Get("state"))
+	if r.URL.Query().Get("fields") == fieldsScrape {
+		writeJSON(w, http.StatusOK, apiResponse{Status: "success", Data: struct {
+			ActiveTargets []scrapeState `json:"activeTargets"`
+		}{h.scrapeStates()}})
+		return
+	}
 	mj := h.monitorJobs()
 	td := targetDiscovery{ActiveTargets: []activeTarget{}, DroppedTargets: []droppedTarget{}, DroppedTargetCounts: map[string]int{}, RejectedObjects: mj.Rejected}
 	if state == "" || state == "any" || state == "active" {

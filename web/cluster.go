@@ -369,6 +369,15 @@ type scrapeDetail struct {
 	LastScrapeDuration float64   `json:"lastScrapeDuration"`
 }
 
+// scrapeState is an active target's pool, URL and scrape state: an entry
+// of /api/v1/targets?fields=scrape, and the part of a full entry the
+// cluster views read.
+type scrapeState struct {
+	ScrapePool string `json:"scrapePool"`
+	ScrapeURL  string `json:"scrapeUrl"`
+	scrapeDetail
+}
+
 // peerScrapes asks every peer which targets it scrapes; this node answers from memory.
 func (h *Handler) peerScrapes(ctx context.Context, localTargets []activeTarget) (map[string]map[targetRef]scrapeDetail, []PeerError) {
 	reports := map[string]map[targetRef]scrapeDetail{}
@@ -384,13 +393,9 @@ func (h *Handler) peerScrapes(ctx context.Context, localTargets []activeTarget) 
 	var mu sync.Mutex
 	errs := h.fanOut(ctx, "targets", func(ctx context.Context, p cluster.Peer) error {
 		var td struct {
-			ActiveTargets []struct {
-				ScrapePool string `json:"scrapePool"`
-				ScrapeURL  string `json:"scrapeUrl"`
-				scrapeDetail
-			} `json:"activeTargets"`
+			ActiveTargets []scrapeState `json:"activeTargets"`
 		}
-		if err := h.getPeer(ctx, p, "/api/v1/targets", "state=active", &td); err != nil {
+		if err := h.getPeer(ctx, p, "/api/v1/targets", "state=active&fields="+fieldsScrape, &td); err != nil {
 			return err
 		}
 		out := make(map[targetRef]scrapeDetail, len(td.ActiveTargets))

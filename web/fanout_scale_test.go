@@ -1,6 +1,7 @@
 package web
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -156,5 +157,104 @@ func TestClusterTargetsLimitKeepsCountsWhole(t *testing.T) {
 	r.Body.Close()
 	if r.StatusCode != http.StatusBadRequest {
 		t.Errorf("limit=-1 answered %s, want 400", r.Status)
+	}
+}
+
+// manyTargets is a scrape manager with n active targets of one job.
+func manyTargets(n int) scraping {
+	s := scraping{"app": nil}
+	for i := range n {
+		s["app"] = append(s["app"], target("app", fmt.Sprintf("10.0.%d.%d:9100", i/250, i%250)))
+	}
+	return s
+}
+
+// The cluster views ask peers for the scrape state alone: the answer has
+// every active target, without the labels that made up most of its bytes.
+func TestTargetsAPIScrapeFieldsAlone(t *testing.T) {
+	h := New(Options{Scrape: manyTargets(3), NodeName: "self"}, promslog.NewNopLogger())
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	var full, short struct {
+		Data struct {
+			ActiveTargets []map[string]any `json:"activeTargets"`
+		} `json:"data"`
+	}
+	getJSON(t, srv.URL+"/api/v1/targets?state=active", &full)
+	getJSON(t, srv.URL+"/api/v1/targets?state=active&fields=scrape", &short)
+	if len(short.Data.ActiveTargets) != 3 || len(full.Data.ActiveTargets) != 3 {
+		t.Fatalf("%d targets with fields=scrape, %d without; want 3 and 3", len(short.Data.ActiveTargets), len(full.Data.ActiveTargets))
+	}
+	for i, e := range short.Data.ActiveTargets {
+		for _, k := range []string{"labels", "discoveredLabels", "globalUrl"} {
+			if _, ok := e[k]; ok {
+				t.Errorf("entry %d has %q with fields=scrape", i, k)
+			}
+		}
+		for _, k := range []string{"scrapePool", "scrapeUrl", "health", "lastScrape", "lastError", "lastScrapeDuration"} {
+			if e[k] != full.Data.ActiveTargets[i][k] {
+				t.Errorf("entry %d: %s = %v with fields=scrape, %v in the full answer", i, k, e[k], full.Data.ActiveTargets[i][k])
+			}
+		}
+	}
+}
+
+// A peer of a version that does not know fields=scrape answers the full
+// entries; the cluster view reads its scrapes all the same.
+func TestClusterTargetsReadPeersThatAnswerFullEntries(t *testing.T) {
+	addr := "10.0.0.0:9100"
+	old := New(Options{Scrape: manyTargets(1), NodeName: "old"}, promslog.NewNopLogger())
+	oldSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		q.Del("fields")
+		r.URL.RawQuery = q.Encode()
+		old.ServeHTTP(w, r)
+	}))
+	t.Cleanup(oldSrv.Close)
+	u, _ := url.Parse(oldSrv.URL)
+	peers := []cluster.Peer{
+		{Name: "self", State: cluster.Participant},
+		{Name: "old", HTTPAddr: u.Host, State: cluster.Participant},
+	}
+	all := discovered{{Job: "app", ScrapeURL: "http://" + addr + "/metrics", Owners: []string{"old"}, Labels: labels.FromStrings("job", "app", "instance", addr)}}
+	h := New(Options{Ownership: all, Cluster: &members{self: "self", peers: peers}, NodeName: "self"}, promslog.NewNopLogger())
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	var resp struct {
+		Data ClusterTargets `json:"data"`
+	}
+	getJSON(t, srv.URL+"/api/v1/cluster/targets", &resp)
+	if len(resp.Data.Targets) != 1 || resp.Data.Targets[0].Status != "ok" || len(resp.Data.Targets[0].ScrapedBy) != 1 || resp.Data.Targets[0].ScrapedBy[0] != "old" {
+		t.Fatalf("targets %+v, want the one target ok, scraped by old", resp.Data.Targets)
+	}
+}
+
+// BenchmarkPeerTargetsAnswer is one peer's answer to a cluster view at 100
+// targets: served and decoded, full entries (the baseline) against the
+// scrape state alone.
+func BenchmarkPeerTargetsAnswer(b *testing.B) {
+	h := New(Options{Scrape: manyTargets(100), NodeName: "self"}, promslog.NewNopLogger())
+	for _, q := range []string{"state=active", "state=active&fields=scrape"} {
+		name := "full"
+		if q != "state=active" {
+			name = "scrape"
+		}
+		b.Run(name, func(b *testing.B) {
+			var size int
+			for b.Loop() {
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/api/v1/targets?"+q, nil))
+				size = rec.Body.Len()
+				var td struct {
+					Data struct {
+						ActiveTargets []scrapeState `json:"activeTargets"`
+					} `json:"data"`
+				}
+				if err := json.Unmarshal(rec.Body.Bytes(), &td); err != nil || len(td.Data.ActiveTargets) != 100 {
+					b.Fatalf("%d targets, %v", len(td.Data.ActiveTargets), err)
+				}
+			}
+			b.ReportMetric(float64(size), "bytes/answer")
+		})
 	}
 }
