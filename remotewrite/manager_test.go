@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/shoal-dev/shoal/wal"
 )
 
 func (m *Manager) queueFor(name string) *queue {
@@ -213,6 +215,10 @@ func TestContextCancelPersistsAcknowledged(t *testing.T) {
 	writeRounds(tw, refs, 5000, 3)
 	tm.Notify()
 	waitFor(t, "second delivery", func() bool { d, _ := rcv.count(); return d >= 12 })
+	// The receiver stores a request before the queue reads its answer:
+	// wait until the queue has acknowledged the whole segment.
+	end := wal.Position{Segment: 0, Offset: segSize(t, walDir, 0)}
+	waitFor(t, "second delivery acknowledged", func() bool { return tm.Acked(end) })
 	tm.cancel()
 	if err := <-tm.done; err != nil {
 		t.Fatal(err)
