@@ -154,6 +154,16 @@ func TestSimGoalsJudgeTheSimulation(t *testing.T) {
 	if failed := SimGoals([]sim.Members{{N: 1000, Err: "join: not converged"}}); failed[0].Met || failed[1].Met {
 		t.Errorf("a failed simulation judged met: %+v", failed)
 	}
+	if w := FenceWaitGoal([]sim.Members{{N: 1000, Update: 5 * time.Millisecond}}); !w.Met {
+		t.Errorf("a fence seen by all 1,000 members in 5ms judged unbounded: %+v", w)
+	}
+	// Simulated at 50 only, the 1,000-member goal is not measured, not missed.
+	md50 := Report(Result{}, []sim.Members{{N: 50, Update: 5 * time.Millisecond}}, "test")
+	for line := range strings.Lines(md50) {
+		if strings.Contains(line, "gained target waits for fences") && !strings.HasSuffix(strings.TrimSpace(line), "| – |") {
+			t.Errorf("a 50-member simulation judges the 1,000-member fence-wait goal: %s", line)
+		}
+	}
 	md := Report(Result{Options: Options{Replicas: 50, Interval: 10 * time.Second}}, ms, "test")
 	for _, want := range []string{"idle gossip per member at 50", "| 1000 |", "gained target waits for fences"} {
 		if !strings.Contains(md, want) {

@@ -109,9 +109,13 @@ func FenceWaitGoal(ms []sim.Members) Goal {
 		g.Got = "not measured; by the code: " + bound
 		return g
 	}
-	g.Got = fmt.Sprintf("a fence announcement reached all %d members in %v (one pushed packet per peer, not gossip rounds); the wait is the slowest peer's time to fence: %s",
-		m.N, m.Update.Round(time.Millisecond), bound)
-	g.Met = m.N >= 1000 && m.Update <= time.Second
+	reached := fmt.Sprintf("a fence announcement reached all %d members in %v (one pushed packet per peer, not gossip rounds)", m.N, m.Update.Round(time.Millisecond))
+	if m.N < 1000 {
+		g.Got = fmt.Sprintf("not measured at 1,000 members (the largest simulated: %s); by the code: %s", reached, bound)
+		return g
+	}
+	g.Got = fmt.Sprintf("%s; the wait is the slowest peer's time to fence: %s", reached, bound)
+	g.Met = m.Update <= time.Second
 	return g
 }
 
