@@ -48,10 +48,11 @@ const (
 
 // features is what this node says it reads (nodeMeta.Features).
 func (n *Node) features() uint64 {
-	if n.cfg.noWeightDeltas {
-		return featureMetaPush | featureLostSeq
+	f := uint64(featureMetaPush | featureLostSeq)
+	if !n.cfg.noWeightDeltas {
+		f |= featureWeightDeltas
 	}
-	return featureMetaPush | featureWeightDeltas | featureLostSeq
+	return f
 }
 
 // weightsDelta is the change from one version of a node's set to the next.

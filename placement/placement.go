@@ -1114,7 +1114,7 @@ func (h *hold) waitingFor(alive map[string]cluster.Peer, now time.Time) []string
 		p, ok := alive[name]
 		seq := n.seq
 		if n.next && now.Before(h.nextUntil) && !stoppedNothingSince(p, ok, n) {
-			seq = max(seq, n.fenced+1)
+			seq = n.fenced + 1 // seq ≤ fenced: LostSeq is one of the fences
 		}
 		if h.backlogs != nil && h.backlogs.Pending(name, n.start, seq, !ok) {
 			// Handed over to another node: its delivery is the peer's.

@@ -216,11 +216,10 @@ type Filter struct {
 	// owned are the keys passed on to the scrape manager; waiting are keys
 	// gained and held back by the Handoff's gate at the last re-filter;
 	// known are the keys of every valid discovered target at the last
-	// re-filter; fresh are the waiting keys that were new when first
-	// seen (not Known): starting later, they did not move in.
+	// re-filter. A waiting key maps to whether it was new when first seen
+	// (not Known): starting later, it did not move in.
 	owned   map[uint64]int // key -> rank
-	waiting map[uint64]struct{}
-	fresh   map[uint64]struct{}
+	waiting map[uint64]bool
 	known   map[uint64]struct{}
 	// series maps the series identity (seriesID) of every known target to
 	// its key, and ownedSeries the owned keys to theirs: a key that goes
@@ -325,7 +324,7 @@ func NewFilter(opts FilterOptions, mgr ScrapeManager, logger *slog.Logger, reg p
 		jobs:        map[string]*jobState{},
 		latest:      ringState{rf: 1, participant: true},
 		owned:       map[uint64]int{},
-		waiting:     map[uint64]struct{}{},
+		waiting:     map[uint64]bool{},
 		known:       map[uint64]struct{}{},
 		series:      map[uint64]uint64{},
 		ownedSeries: map[uint64]uint64{},

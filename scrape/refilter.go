@@ -30,8 +30,7 @@ type pass struct {
 	ownedSeries map[uint64]uint64
 	ownedURL    map[uint64]string
 	rescraped   map[uint64]struct{}
-	waiting     map[uint64]struct{}
-	fresh       map[uint64]struct{}
+	waiting     map[uint64]bool // key -> new when first seen (Filter.waiting)
 	// cands are the gained keys, first seen at candEntry (same index).
 	cands     []gate.Candidate
 	candEntry []entry
@@ -58,7 +57,7 @@ func (f *Filter) refilter(now time.Time) (out map[string][]*targetgroup.Group, c
 	f.decideOwned(p)
 	out = f.buildGroups(p)
 	f.collectLost(p)
-	f.owned, f.waiting, f.fresh, f.known, f.applied = p.owned, p.waiting, p.fresh, p.known, p.cur
+	f.owned, f.waiting, f.known, f.applied = p.owned, p.waiting, p.known, p.cur
 	f.series, f.ownedSeries, f.ownedURL = p.series, p.ownedSeries, p.ownedURL
 	f.leaveWork(p)
 	p.curID = f.cfgID
@@ -142,8 +141,7 @@ func (f *Filter) decideOwned(p *pass) {
 	p.owned = make(map[uint64]int, len(f.owned))
 	p.ownedSeries = make(map[uint64]uint64, len(f.owned))
 	p.ownedURL = make(map[uint64]string, len(f.owned))
-	p.waiting = map[uint64]struct{}{}
-	p.fresh = map[uint64]struct{}{}
+	p.waiting = map[uint64]bool{}
 	decided := make(map[uint64]struct{}, len(f.owned))
 	f.eachValid(func(_ string, e entry) {
 		rank, mine := p.cur.rankOf(e, p.buf)
@@ -161,10 +159,7 @@ func (f *Filter) decideOwned(p *pass) {
 	start := f.admit(p)
 	for i, c := range p.cands {
 		if !start[i] {
-			p.waiting[c.Key] = struct{}{}
-			if !c.Known {
-				p.fresh[c.Key] = struct{}{}
-			}
+			p.waiting[c.Key] = !c.Known
 			continue
 		}
 		f.own(p, p.candEntry[i], c.Rank)
@@ -200,7 +195,7 @@ func (f *Filter) own(p *pass, e entry, rank int) {
 func (f *Filter) candidate(p *pass, e entry, rank int) gate.Candidate {
 	_, wasOwned := f.owned[e.key]
 	_, known := f.known[e.key]
-	if _, fresh := f.fresh[e.key]; fresh {
+	if f.waiting[e.key] {
 		known = false // new when first seen, held back since
 	}
 	c := gate.Candidate{Key: e.key, Rank: rank, Known: known}

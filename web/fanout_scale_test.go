@@ -204,8 +204,12 @@ func TestTargetsAPIScrapeFieldsAlone(t *testing.T) {
 func TestClusterTargetsReadPeersThatAnswerFullEntries(t *testing.T) {
 	addr := "10.0.0.0:9100"
 	old := New(Options{Scrape: manyTargets(1), NodeName: "old"}, promslog.NewNopLogger())
+	var asked atomic.Value
 	oldSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
+		if r.URL.Path == "/api/v1/targets" {
+			asked.Store(q.Get("fields"))
+		}
 		q.Del("fields")
 		r.URL.RawQuery = q.Encode()
 		old.ServeHTTP(w, r)
@@ -226,6 +230,9 @@ func TestClusterTargetsReadPeersThatAnswerFullEntries(t *testing.T) {
 	getJSON(t, srv.URL+"/api/v1/cluster/targets", &resp)
 	if len(resp.Data.Targets) != 1 || resp.Data.Targets[0].Status != "ok" || len(resp.Data.Targets[0].ScrapedBy) != 1 || resp.Data.Targets[0].ScrapedBy[0] != "old" {
 		t.Fatalf("targets %+v, want the one target ok, scraped by old", resp.Data.Targets)
+	}
+	if got, _ := asked.Load().(string); got != fieldsScrape {
+		t.Errorf("the view asked the peer for fields %q, want %q", got, fieldsScrape)
 	}
 }
 
