@@ -97,7 +97,17 @@ type Watermarks struct {
 	// hands nothing over. From nodes of an older version, FencedSeq (any
 	// fence may have stopped targets).
 	LostSeq uint64
+	// Continued says the node's fence numbering continues that of its
+	// previous life on the same storage (FencedSeq, LostSeq and AckedSeq
+	// count on from where it stopped): a peer that restarted is then
+	// waited for by its fences' numbers, as before the restart. Without
+	// it a restarted peer's numbers start over, and only its first
+	// acknowledged fence says its previous life's samples are delivered.
+	Continued bool
 }
+
+// featureContinued in nodeMeta.Features is Watermarks.Continued.
+const featureContinued = 1 << 3
 
 // featureLostSeq in nodeMeta.Features says the node announces
 // Watermarks.LostSeq ("ls"; absent when zero). Without it a peer reads
@@ -139,7 +149,8 @@ type nodeMeta struct {
 	// Seq counts the node's metadata changes within one life, so that a
 	// peer keeps the newest of what gossip and pushes bring (metapush.go);
 	// Features says what the node reads (featureMetaPush,
-	// featureWeightDeltas) and announces (featureLostSeq). Absent in older
+	// featureWeightDeltas) and announces (featureLostSeq,
+	// featureContinued). Absent in older
 	// versions.
 	Seq      uint64 `json:"q,omitempty"`
 	Features uint64 `json:"f,omitempty"`
@@ -193,6 +204,7 @@ func (m nodeMeta) watermarks() Watermarks {
 	if m.Features&featureLostSeq == 0 {
 		w.LostSeq = m.FencedSeq
 	}
+	w.Continued = m.Features&featureContinued != 0
 	return w
 }
 

@@ -43,6 +43,14 @@ func TestWatermarksRoundTripAndOldMetadataDecodes(t *testing.T) {
 	if m, _, err = decodeMeta(none); err != nil || m.watermarks().LostSeq != 0 {
 		t.Fatalf("metadata with LostSeq zero: LostSeq = %d (%v), want 0", m.watermarks().LostSeq, err)
 	}
+	if m.watermarks().Continued {
+		t.Fatal("metadata without featureContinued decoded as continuing its numbering")
+	}
+	// One whose fence numbering goes on from its previous life.
+	continued := []byte(`{"v":1,"s":"participant","t":1700000000000,"l":12,"fs":9,"as":8,"f":15}`)
+	if m, _, err = decodeMeta(continued); err != nil || !m.watermarks().Continued {
+		t.Fatalf("metadata with featureContinued: %+v (%v), want Continued", m.watermarks(), err)
+	}
 }
 
 func TestWatermarksReachPeers(t *testing.T) {
@@ -56,7 +64,7 @@ func TestWatermarksReachPeers(t *testing.T) {
 	})
 	changes, unsubscribe := nodes[1].Subscribe()
 	defer unsubscribe()
-	wm := Watermarks{FencedSeq: 3, FencedRing: 99, AckedSeq: 2, LostSeq: 1}
+	wm := Watermarks{FencedSeq: 3, FencedRing: 99, AckedSeq: 2, LostSeq: 1, Continued: true}
 	nodes[0].SetWatermarks(wm)
 	if nodes[0].Self().Handoff != wm {
 		t.Fatalf("Self().Handoff = %+v", nodes[0].Self().Handoff)

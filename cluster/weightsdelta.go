@@ -46,11 +46,15 @@ const (
 	featureWeightDeltas = 1 << 1
 )
 
-// features is what this node says it reads (nodeMeta.Features).
+// features is what this node says it reads and announces
+// (nodeMeta.Features). Callers hold n.mu.
 func (n *Node) features() uint64 {
 	f := uint64(featureMetaPush | featureLostSeq)
 	if !n.cfg.noWeightDeltas {
 		f |= featureWeightDeltas
+	}
+	if n.watermarks.Continued {
+		f |= featureContinued
 	}
 	return f
 }

@@ -150,6 +150,10 @@ type Options struct {
 	// that left (package handover); nil: a peer that is gone is not
 	// waited for.
 	Backlogs Backlogs
+	// StatePath is the file that keeps the fence numbering, the fences not
+	// acknowledged yet and the holds in force across restarts (state.go);
+	// "" keeps them in memory only.
+	StatePath string
 }
 
 // Backlogs tells whether a departed peer's unsent samples live on
@@ -238,6 +242,11 @@ type Coordinator struct {
 	pending     []fenceMark // fences not acknowledged yet, oldest first
 	holds       []*hold
 	ackedCh     chan struct{} // closed and replaced when ackedSeq moves
+	continued   bool          // the numbering goes on from the previous life (Watermarks.Continued)
+	// unclean: the previous life ended without its final fence
+	// acknowledged, so it may have scraped after its last fence: the
+	// first fence of this life counts as one that stopped targets.
+	unclean bool
 	// The generation whose gained targets Contested keeps back past the
 	// hand-off delay (0: none), since when, and whether the hand-off
 	// timeout has ended that wait.
@@ -246,6 +255,12 @@ type Coordinator struct {
 	contestExpired bool
 	// cfg is the scrape configuration agreement (config.go).
 	cfg configState
+
+	// saveMu orders saveState's writes; saved is the last content
+	// written, saveFailing the last write error (logged once).
+	saveMu      sync.Mutex
+	saved       []byte
+	saveFailing error
 }
 
 type fenceMark struct {
@@ -254,6 +269,7 @@ type fenceMark struct {
 }
 
 type hold struct {
+	pos        wal.Position // where the queues stop
 	start, due time.Time
 	// nextUntil ends the wait for next fences (peerNeed.next): the hand-off
 	// delay after the hold was placed.
@@ -278,13 +294,23 @@ type hold struct {
 	backlogs Backlogs
 	// warned is set once the hold was logged as long (holdWarnAfter).
 	warned bool
+	// restored: taken up from the previous life's state, judged only once
+	// the cluster is ready. carried: placed by holdForCarried, which
+	// places it anew at every start, so it is not saved.
+	restored, carried bool
 }
 
 type peerNeed struct {
-	seq    uint64    // the peer's last fence that stopped targets, before the hold
+	seq    uint64    // the peer's last fence that stopped targets, before the hold (≤ fenced)
 	fenced uint64    // the peer's last fence before the hold
 	next   bool      // it was not of the hold's view: until nextUntil, fenced+1 is waited for
 	start  time.Time // the peer's start time: a restarted peer is not waited for
+	// first: the peer had restarted on its storage and not fenced yet in
+	// this life. Its previous life's samples lie before its first fence
+	// of this one, which comes before any hold of this life, so
+	// waiting for it points back in time: fenced+1 is waited for past
+	// nextUntil.
+	first bool
 }
 
 // New returns a Coordinator. reg may be nil.
@@ -328,6 +354,9 @@ func New(opts Options, cl Cluster, fence Fencer, w WAL, remote Remote, logger *s
 	if opts.Placement == ModeBounded {
 		c.weigher = newWeigher(opts.WeightPolicy, opts.WeightPeriod, func() time.Time { return c.now() })
 	}
+	if opts.StatePath != "" {
+		c.restoreState()
+	}
 	if opts.Backlogs != nil {
 		c.holdForCarried(opts.Backlogs.Carried())
 	}
@@ -350,7 +379,7 @@ func (c *Coordinator) holdForCarried(ds []Departed) {
 	}
 	now := c.now()
 	c.holds = append(c.holds, &hold{start: now, due: now.Add(c.opts.HandoffTimeout), nextUntil: now,
-		release: c.remote.Hold(wal.Position{}), need: need, backlogs: c.opts.Backlogs})
+		release: c.remote.Hold(wal.Position{}), need: need, backlogs: c.opts.Backlogs, carried: true})
 	c.metrics.holds.Set(float64(len(c.holds)))
 	c.logger.Info("Holding the remote-write queues until the backlogs taken over before the restart are delivered", "backlogs", len(ds), "timeout", c.opts.HandoffTimeout)
 }
@@ -478,6 +507,11 @@ const stickySalt = 0x5ac4e1d7a9b3f201
 func (c *Coordinator) Run(ctx context.Context) {
 	changes, unsubscribe := c.cl.Subscribe()
 	defer unsubscribe()
+	if c.continued {
+		// Peers holding for one of this node's fences of the life before
+		// compare its numbers from now on.
+		c.publishWatermarks()
+	}
 	readyc := make(chan struct{})
 	go func() {
 		defer close(readyc)
@@ -766,10 +800,10 @@ func (c *Coordinator) Fenced(r scrape.Placement, config uint64, participant bool
 	}
 	c.fencedSeq++
 	c.fencedRing = id
-	if c.fencedAny {
+	if c.fencedAny || c.unclean {
 		c.lostSeq = c.fencedSeq
 	}
-	c.fencedAny = false
+	c.fencedAny, c.unclean = false, false
 	if c.terminating && !participant {
 		c.finalSeq = c.fencedSeq
 	}
@@ -779,6 +813,7 @@ func (c *Coordinator) Fenced(r scrape.Placement, config uint64, participant bool
 	c.mu.Unlock()
 	c.metrics.fencedSeq.Set(float64(wm.FencedSeq))
 	c.remote.FlushNow(pos)
+	c.saveState()
 	c.publishWatermarks()
 	c.notify() // targets gained under r may start now (the gate's Fenced)
 	c.wake()
@@ -798,7 +833,7 @@ func (c *Coordinator) publishWatermarks() {
 }
 
 func (c *Coordinator) watermarksLocked() cluster.Watermarks {
-	return cluster.Watermarks{FencedSeq: c.fencedSeq, FencedRing: c.fencedRing, AckedSeq: c.ackedSeq, FencedPlacement: c.fencedGen, LostSeq: c.lostSeq}
+	return cluster.Watermarks{FencedSeq: c.fencedSeq, FencedRing: c.fencedRing, AckedSeq: c.ackedSeq, FencedPlacement: c.fencedGen, LostSeq: c.lostSeq, Continued: c.continued}
 }
 
 // Admit implements scrape.Handoff: the gate decides which gained targets
@@ -930,11 +965,12 @@ func (c *Coordinator) peersToWaitFor() []cluster.Peer {
 // may append again, and the queues hold everything written from now on until
 // the peers' samples from before their fences of that view are acknowledged.
 func (c *Coordinator) Activate(r scrape.Placement, config uint64, units []scrape.Unit) {
-	// The hold's position is read before the units may append: a sample
-	// committed in between would otherwise be sent ahead of the hold.
+	// The hold's position is read, and the hold saved, before the units
+	// may append: a sample committed in between would otherwise be sent
+	// ahead of the hold, now or after a restart.
 	pos, err := c.wal.EndPosition()
-	c.fence.Unfence(units)
 	if err != nil {
+		c.fence.Unfence(units)
 		c.logger.Warn("Cannot read the WAL end position; gained targets start without a hold", "err", err)
 		return
 	}
@@ -950,11 +986,14 @@ func (c *Coordinator) Activate(r scrape.Placement, config uint64, units []scrape
 	need := map[string]peerNeed{}
 	for _, p := range c.peersToWaitFor() {
 		wm := p.Handoff
-		if wm.FencedSeq == 0 {
+		if wm.FencedSeq == 0 && !wm.Continued {
 			// A peer of a version without watermarks, or one that has not
 			// fenced anything yet (so owns nothing): nothing to wait for.
 			continue
 		}
+		// A peer restarted on its storage may still send its previous
+		// life's samples: they lie before its first fence of this life.
+		first := wm.Continued && wm.FencedRing == 0
 		// A peer that has not fenced this view (the units started on the
 		// hand-off delay: a reload it has not applied yet) fences the
 		// units it still scrapes with its next fence. Waiting for that
@@ -962,18 +1001,20 @@ func (c *Coordinator) Activate(r scrape.Placement, config uint64, units []scrape
 		// two nodes each holding for the other's next fence would
 		// otherwise wait for each other until the hand-off timeout. A
 		// peer that makes it later overlapped with this node anyway.
-		next := !fencedView(p, viewID, ringID)
+		next := first || !fencedView(p, viewID, ringID)
 		if !next && wm.AckedSeq >= wm.LostSeq {
 			// Whatever it stopped scraping, its samples are delivered.
 			continue
 		}
-		need[p.Name] = peerNeed{seq: wm.LostSeq, fenced: wm.FencedSeq, next: next, start: p.StartTime}
+		need[p.Name] = peerNeed{seq: wm.LostSeq, fenced: wm.FencedSeq, next: next, first: first, start: p.StartTime}
 	}
-	h := &hold{start: now, due: now.Add(c.opts.HandoffTimeout), nextUntil: now.Add(c.opts.HandoffDelay), release: c.remote.Hold(pos), need: need, backlogs: c.opts.Backlogs}
+	h := &hold{pos: pos, start: now, due: now.Add(c.opts.HandoffTimeout), nextUntil: now.Add(c.opts.HandoffDelay), release: c.remote.Hold(pos), need: need, backlogs: c.opts.Backlogs}
 	c.mu.Lock()
 	c.holds = append(c.holds, h)
 	n := len(c.holds)
 	c.mu.Unlock()
+	c.saveState()
+	c.fence.Unfence(units)
 	c.metrics.holds.Set(float64(n))
 	c.logger.Debug("Holding the remote-write queues until the peers' last samples of gained targets are acknowledged",
 		"units", len(units), "position", pos, "waiting_for", needSummary(need))
@@ -1001,12 +1042,13 @@ func (c *Coordinator) step() {
 		peers[p.Name] = p
 	}
 	now := c.now()
+	ready := c.cl.Ready()
 	c.mu.Lock()
 	var keep []*hold
 	var done, expired []*hold
 	for _, h := range c.holds {
 		switch {
-		case h.satisfied(peers, now):
+		case (ready || !h.restored) && h.satisfied(peers, now):
 			done = append(done, h)
 		case !now.Before(h.due):
 			expired = append(expired, h)
@@ -1044,6 +1086,7 @@ func (c *Coordinator) step() {
 	}
 	if len(done)+len(expired) > 0 {
 		c.metrics.holds.Set(float64(len(keep)))
+		c.saveState()
 	}
 }
 
@@ -1070,6 +1113,7 @@ func (c *Coordinator) PublishAcked() (holds int) {
 	c.mu.Unlock()
 	if moved {
 		c.metrics.ackedSeq.Set(float64(wm.AckedSeq))
+		c.saveState()
 		c.publishWatermarks()
 	}
 	return holds
@@ -1107,13 +1151,14 @@ func (h *hold) satisfied(alive map[string]cluster.Peer, now time.Time) bool {
 // waitingFor lists, sorted, the alive peers whose samples h still waits for.
 // A peer that restarted since the hold was placed sends its old life's
 // backlog first (its queue reads its WAL in order), so the first fence it
-// acknowledges in its new life covers what h waited for.
+// acknowledges in its new life covers what h waited for; one that carried
+// its numbering over (Watermarks.Continued) is waited for by number.
 func (h *hold) waitingFor(alive map[string]cluster.Peer, now time.Time) []string {
 	var out []string
 	for name, n := range h.need {
 		p, ok := alive[name]
 		seq := n.seq
-		if n.next && now.Before(h.nextUntil) && !stoppedNothingSince(p, ok, n) {
+		if n.next && (n.first || now.Before(h.nextUntil)) && !stoppedNothingSince(p, ok, n) {
 			seq = n.fenced + 1 // seq ≤ fenced: LostSeq is one of the fences
 		}
 		if h.backlogs != nil && h.backlogs.Pending(name, n.start, seq, !ok) {
@@ -1128,7 +1173,10 @@ func (h *hold) waitingFor(alive map[string]cluster.Peer, now time.Time) []string
 		case !ok:
 			continue
 		case !p.StartTime.Equal(n.start):
-			if p.Handoff.AckedSeq >= 1 {
+			// Restarted. With its numbering carried over, its fences
+			// compare by number; otherwise its first acknowledged fence
+			// comes after everything of the life before.
+			if p.Handoff.Continued && p.Handoff.AckedSeq >= seq || !p.Handoff.Continued && p.Handoff.AckedSeq >= 1 {
 				continue
 			}
 		case p.Handoff.AckedSeq >= seq:

@@ -319,9 +319,16 @@ type harness struct {
 
 func start(t *testing.T, opts Options) *harness {
 	t.Helper()
+	return startOn(t, opts, &fakeWAL{})
+}
+
+// startOn starts node "a" on w: a restart goes on with the WAL of the life
+// before.
+func startOn(t *testing.T, opts Options, w *fakeWAL) *harness {
+	t.Helper()
 	h := &harness{
 		cl: newFakeCluster("a"), fence: &fakeFence{},
-		wal: &fakeWAL{}, remote: &fakeRemote{}, reg: prometheus.NewRegistry(),
+		wal: w, remote: &fakeRemote{}, reg: prometheus.NewRegistry(),
 		log: &shoaltest.LogBuffer{}, done: make(chan struct{}),
 	}
 	opts.NodeName = "a"

@@ -299,6 +299,7 @@ func runAgent(ctx context.Context, f *flags, reg *prometheus.Registry) error {
 			TerminateGrace:    f.terminateGraceDeadline,
 			Placement:         f.placement,
 			Backlogs:          a.backlogs(),
+			StatePath:         filepath.Join(f.storagePath, "handoff-state.json"),
 		}, a.node, fence, a.wal, a.remote, logger.With("component", "placement"), reg)
 		if err != nil {
 			discoveryCancel()
