@@ -113,6 +113,9 @@ func (n *meshNode) SetState(s cluster.State) error {
 func (n *meshNode) SetWatermarks(w cluster.Watermarks) {
 	n.m.mu.Lock()
 	defer n.m.mu.Unlock()
+	if n.self.Handoff == w {
+		return // like cluster.Node: only a change is announced
+	}
 	n.self.Handoff = w
 	n.m.notifyAllLocked()
 }

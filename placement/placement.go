@@ -813,8 +813,10 @@ func (c *Coordinator) Fenced(r scrape.Placement, config uint64, participant bool
 	c.mu.Unlock()
 	c.metrics.fencedSeq.Set(float64(wm.FencedSeq))
 	c.remote.FlushNow(pos)
-	c.saveState()
 	c.publishWatermarks()
+	// Saved after the announcement: lost in a crash in between, the next
+	// life gives this number to a later fence, which covers more.
+	c.saveState()
 	c.notify() // targets gained under r may start now (the gate's Fenced)
 	c.wake()
 }
@@ -1111,10 +1113,13 @@ func (c *Coordinator) PublishAcked() (holds int) {
 	}
 	holds = len(c.holds)
 	c.mu.Unlock()
+	// Every call publishes, not only the one that moved the acknowledgement:
+	// a node leaving calls this while Run's last call may not have
+	// published yet, and its final state must carry it.
+	c.publishWatermarks()
 	if moved {
 		c.metrics.ackedSeq.Set(float64(wm.AckedSeq))
 		c.saveState()
-		c.publishWatermarks()
 	}
 	return holds
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"maps"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -93,8 +94,13 @@ func (c *fakeCluster) SetState(s cluster.State) error {
 	return nil
 }
 
+// SetWatermarks, like cluster.Node's, announces only a change.
 func (c *fakeCluster) SetWatermarks(w cluster.Watermarks) {
 	c.mu.Lock()
+	if c.self.Handoff == w {
+		c.mu.Unlock()
+		return
+	}
 	c.self.Handoff = w
 	c.mu.Unlock()
 	c.notify()
@@ -816,6 +822,35 @@ func TestFinalStateCarriesWhatTheFlushDelivered(t *testing.T) {
 			t.Fatalf("final state: acknowledged %d of %d after the flush", wm.AckedSeq, wm.FencedSeq)
 		}
 	})
+}
+
+// A node leaving publishes its acknowledgement even when Run's last poll
+// moved it and has not finished (it is writing the hand-off state): the
+// final state must carry it, or the new owners wait for a backlog
+// hand-over that never comes. Real time: a goroutine blocked on a mutex
+// is not durably blocked in a synctest bubble.
+func TestLeavingPublishesTheAcknowledgementRunMoved(t *testing.T) {
+	h := start(t, Options{StatePath: filepath.Join(t.TempDir(), "handoff.json")})
+	h.c.Fenced(ring.New([]string{"a", "b"}, 8), 0, true)
+	h.c.saveMu.Lock() // Run's next save waits
+	locked := true
+	defer func() {
+		if locked {
+			h.c.saveMu.Unlock()
+		}
+	}()
+	h.remote.ack(h.remote.flushed[0])
+	shoaltest.EventuallyTrue(t, 10*time.Second, "Run moves the acknowledgement", func() bool {
+		h.c.mu.Lock()
+		defer h.c.mu.Unlock()
+		return h.c.ackedSeq == 1
+	})
+	h.c.PublishAcked() // the leave
+	if got := h.cl.Self().Handoff.AckedSeq; got != 1 {
+		t.Fatalf("final state acknowledges fence %d, want 1", got)
+	}
+	h.c.saveMu.Unlock()
+	locked = false
 }
 
 func TestTerminateWaitsForFinalFenceAcked(t *testing.T) {
