@@ -319,8 +319,7 @@ func TestPlacementBoundedRollingRestart(t *testing.T) {
 func TestPlacementBoundedScaleOutAndIn(t *testing.T) {
 	h, targets, size := startBounded(t)
 	h.fencedScrape = samplesPerScrape(smallLoad)
-	fifth := h.addNode()
-	fifth.spec.extraArgs = append(fifth.spec.extraArgs, "--cluster.placement=bounded")
+	fifth := h.addNode() // with the others' flags, --cluster.placement's among them
 	fifth.start()
 	fifth.waitReady(startTimeout)
 	waitConverged(t, h.nodes, targets)

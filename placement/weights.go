@@ -28,14 +28,12 @@ const (
 )
 
 // DefaultMode is --cluster.placement's default, the one place it is
-// written. It stays the plain ring: with bounded loads one view change can
-// move targets both ways between two nodes, and the remote-write holds of
-// such a change can wait on each other (docs/DESIGN.md, Placement, "Not
-// the default yet").
-const DefaultMode = ModeRing
+// written: bounded loads, since a few large targets put up to twice the
+// mean samples on one node of the plain ring (docs/DESIGN.md, Placement).
+const DefaultMode = ModeBounded
 
 // Modes lists the placement modes, the default first.
-var Modes = []string{ModeRing, ModeBounded}
+var Modes = []string{ModeBounded, ModeRing}
 
 // DefaultWeightPeriod is how often a node publishes the weights of the
 // targets it owns: each publication can move targets, so it is rare; the
