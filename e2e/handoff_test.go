@@ -61,14 +61,10 @@ type handoffRun struct {
 	phaseShiftFrom, phaseShiftTo time.Time
 }
 
-// newHandoffRun starts n nodes with args besides the cluster's, converged.
-func newHandoffRun(t *testing.T, n int, args ...string) *handoffRun {
+func newHandoffRun(t *testing.T, n int) *handoffRun {
 	t.Helper()
 	h, cfg := newHandoffFixture(t)
 	h.nodes = newClusterAgents(t, n, cfg, n)
-	for _, a := range h.nodes {
-		a.spec.extraArgs = append(a.spec.extraArgs, args...)
-	}
 	startCluster(t, h.nodes)
 	waitConverged(t, h.nodes, h.targets)
 	waitServed(t, h.targets, time.Now(), 2, convergeTimeout)
@@ -99,8 +95,6 @@ func (h *handoffRun) addNode() *agent {
 		ip:      fmt.Sprintf("127.0.0.%d", k),
 		config:  h.nodes[0].spec.config,
 		cluster: true,
-		// The run's flags (newHandoffRun).
-		extraArgs: slices.Clone(h.nodes[0].spec.extraArgs),
 	})
 	for _, b := range h.nodes {
 		a.join = append(a.join, b.gossipAddr)
@@ -295,15 +289,9 @@ func quantileBucket(h *dto.Histogram, q float64) string {
 }
 
 // TestHandoffRollingRestart restarts three replicas one after the other.
-// ringPlacement pins the plain ring on the hand-off runs of a rolling
-// restart, a scale-out and in, and a SIGKILL, so that both placements keep
-// those guarantees in every make test: the default's (bounded loads) runs
-// of the same are in placement_load_test.go.
-const ringPlacement = "--cluster.placement=ring"
-
 func TestHandoffRollingRestart(t *testing.T) {
 	needBinary(t)
-	h := newHandoffRun(t, 3, ringPlacement)
+	h := newHandoffRun(t, 3)
 	for _, a := range h.nodes {
 		h.stop(a)
 		a.start()
@@ -319,7 +307,7 @@ func TestHandoffRollingRestart(t *testing.T) {
 // TestHandoffScaleOutAndIn adds a fourth replica to three, then removes it.
 func TestHandoffScaleOutAndIn(t *testing.T) {
 	needBinary(t)
-	h := newHandoffRun(t, 3, ringPlacement)
+	h := newHandoffRun(t, 3)
 	fourth := h.addNode()
 	fourth.start()
 	fourth.waitReady(startTimeout)
@@ -337,7 +325,7 @@ func TestHandoffScaleOutAndIn(t *testing.T) {
 // receiver refuses nothing.
 func TestHandoffSIGKILL(t *testing.T) {
 	needBinary(t)
-	h := newHandoffRun(t, 3, ringPlacement)
+	h := newHandoffRun(t, 3)
 	owners, err := snapshotOwnership(h.nodes, h.targets)
 	if err != nil {
 		fatal(t, err)

@@ -319,7 +319,8 @@ func TestPlacementBoundedRollingRestart(t *testing.T) {
 func TestPlacementBoundedScaleOutAndIn(t *testing.T) {
 	h, targets, size := startBounded(t)
 	h.fencedScrape = samplesPerScrape(smallLoad)
-	fifth := h.addNode() // with the others' flags, --cluster.placement's among them
+	fifth := h.addNode()
+	fifth.spec.extraArgs = append(fifth.spec.extraArgs, "--cluster.placement=bounded")
 	fifth.start()
 	fifth.waitReady(startTimeout)
 	waitConverged(t, h.nodes, targets)

@@ -588,14 +588,14 @@ func TestBoundedOnlyWhenEveryParticipantRunsIt(t *testing.T) {
 	})
 }
 
-// --cluster.placement's default is bounded loads (DefaultMode says why).
-func TestDefaultModeIsBounded(t *testing.T) {
+// --cluster.placement's default is the plain ring (DefaultMode says why).
+func TestDefaultModeIsRing(t *testing.T) {
 	c, err := New(Options{NodeName: "a"}, newFakeCluster("a"), &fakeFence{}, &fakeWAL{}, &fakeRemote{}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if c.opts.Placement != ModeBounded || c.weigher == nil || Modes[0] != ModeBounded {
+	if c.opts.Placement != ModeRing || c.weigher != nil || Modes[0] != ModeRing {
 		t.Fatalf("default mode %q (weigher %v), Modes %v", c.opts.Placement, c.weigher != nil, Modes)
 	}
 }

@@ -365,7 +365,7 @@ func participant(name string, wm cluster.Watermarks) cluster.Peer {
 
 func TestPromotionAndRingRebuild(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := start(t, Options{Placement: ModeRing})
+		h := start(t, Options{})
 		h.cl.setPeer(participant("b", cluster.Watermarks{}))
 		synctest.Wait()
 		r, part, _ := h.filter.last()

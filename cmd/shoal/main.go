@@ -173,7 +173,7 @@ func newApp(f *flags, hostname string) *kingpin.Application {
 		Default("0").FloatVar(&f.capacitySamples)
 	app.Flag("cluster.replica-label", "With --cluster.replication-factor above 1, the target label that carries each owner's rank for the target (0 for the primary); on targets whose __shoal_sharding__ label is all, each node's name. Must not start with \"__\".").
 		Default("replica").StringVar(&f.replicaLabel)
-	app.Flag("cluster.placement", "How targets are placed on the participants: bounded (bounded-load consistent hashing over the samples/s each owner measures and gossips: no node above 1.10 × the mean, targets kept where they are while that holds) or ring (consistent hashing, equal shares of the key space, nothing gossiped per target). The cluster places with bounded loads only while every participant runs bounded; otherwise every node places on the ring.").
+	app.Flag("cluster.placement", "How targets are placed on the participants: ring (consistent hashing, equal shares of the key space, nothing gossiped per target) or bounded (bounded-load consistent hashing over the samples/s each owner measures and gossips: no node above 1.10 × the mean, targets kept where they are while that holds). The cluster places with bounded loads only while every participant runs bounded; otherwise every node places on the ring.").
 		Default(placement.DefaultMode).EnumVar(&f.placement, placement.Modes...)
 
 	app.Flag("auto-gomemlimit", "Set the Go runtime's soft memory limit (GOMEMLIMIT) from the container's memory limit (cgroup), or the machine's memory where there is none. A GOMEMLIMIT environment variable wins.").
