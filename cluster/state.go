@@ -141,8 +141,10 @@ type nodeMeta struct {
 	FencedPlacement uint64 `json:"fp,omitempty"`
 	// Watermarks.LostSeq; meaningful only with featureLostSeq.
 	LostSeq uint64 `json:"ls,omitempty"`
-	// Backlogs carried for nodes that left (Carry): [key, seq] pairs.
-	Carried [][2]uint64 `json:"c,omitempty"`
+	// Backlogs carried for nodes that left (Carry): [key, seq] or, once
+	// some of it is delivered, [key, seq, acked] (older versions read the
+	// first two).
+	Carried [][]uint64 `json:"c,omitempty"`
 	// Scrape configuration ids (ConfigIDs); absent in older versions.
 	ConfigCur  uint64 `json:"cc,omitempty"`
 	ConfigPrev uint64 `json:"cp,omitempty"`
@@ -167,6 +169,10 @@ type Carry struct {
 	Of uint64
 	// Seq is the leaver's last fence whose samples the backlog holds.
 	Seq uint64
+	// Acked is the leaver's last fence whose samples are delivered (0:
+	// none known): holds waiting for it or an earlier one need not wait
+	// for the rest of the backlog.
+	Acked uint64
 }
 
 // CarryKey names one life of a node in a Carry: a hash keeps the
@@ -183,18 +189,23 @@ func (m nodeMeta) carried() []Carry {
 	}
 	out := make([]Carry, len(m.Carried))
 	for i, c := range m.Carried {
-		out[i] = Carry{Of: c[0], Seq: c[1]}
+		var v [3]uint64
+		copy(v[:], c)
+		out[i] = Carry{Of: v[0], Seq: v[1], Acked: v[2]}
 	}
 	return out
 }
 
-func carriedMeta(cs []Carry) [][2]uint64 {
+func carriedMeta(cs []Carry) [][]uint64 {
 	if len(cs) == 0 {
 		return nil
 	}
-	out := make([][2]uint64, len(cs))
+	out := make([][]uint64, len(cs))
 	for i, c := range cs {
-		out[i] = [2]uint64{c.Of, c.Seq}
+		out[i] = []uint64{c.Of, c.Seq}
+		if c.Acked != 0 {
+			out[i] = append(out[i], c.Acked)
+		}
 	}
 	return out
 }

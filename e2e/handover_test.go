@@ -137,6 +137,74 @@ func runHandoverScaleIn(t *testing.T, sc handoverScenario) {
 	})
 }
 
+// TestHandoverOfAHoldingLeaverLosesNothing: a replica joins while the
+// remote end is down, so it holds the samples of the targets it gains
+// until their old owners' last samples are acknowledged, and is scaled in
+// (a Deployment: its storage goes) before the remote end comes back. Its
+// backlog goes to a peer, which must keep that hold: sent at once, the
+// gained targets' newer samples would reach the receiver before the old
+// owners' older ones, which it then refuses as out of order.
+func TestHandoverOfAHoldingLeaverLosesNothing(t *testing.T) {
+	needBinary(t)
+	targets := startTargets(t, 2*handoverTargets, 1)
+	recv := startGatedReceiver(t)
+	// Small batches: the old owners' last samples of the moved targets lie
+	// several requests deep in their queues, behind the outage, while the
+	// backlog's first request holds the joiner's samples of those targets.
+	cfg := durabilityConfig(t, targetAddrs(targets), recv.writeURL(), "min_backoff: 50ms", "max_backoff: 1s", "max_samples_per_send: 100")
+	nodes := newClusterAgents(t, 3, cfg, 3)
+	joiner := newAgent(t, agentSpec{name: "node-4", ip: "127.0.0.4", config: cfg, cluster: true})
+	for _, b := range nodes {
+		joiner.join = append(joiner.join, b.gossipAddr)
+	}
+	all := append(slices.Clone(nodes), joiner)
+	for _, a := range all {
+		a.spec.extraArgs = handoverArgs()
+	}
+	keepLogs(t, all)
+	startCluster(t, nodes)
+	waitConverged(t, nodes, targets)
+	waitServed(t, targets, time.Now(), 2, convergeTimeout)
+
+	recv.status.Store(503)
+	waitServed(t, targets, time.Now(), 5, convergeTimeout) // the old owners' backlog
+	joiner.start()
+	joiner.waitReady(convergeTimeout)
+	owners := waitConverged(t, all, targets)
+	if !slices.Contains(slices.Collect(maps.Values(owners)), joiner.spec.name) {
+		fatalf(t, "%s gained no target: %v", joiner.spec.name, owners)
+	}
+	if v, err := joiner.metricValue("shoal_handoff_holds", nil); err != nil || v == 0 {
+		fatalf(t, "%s: shoal_handoff_holds = %v (%v), want a hold behind the old owners' unsent samples", joiner.spec.name, v, err)
+	}
+	waitServed(t, targets, time.Now(), 5, convergeTimeout) // the joiner's held samples
+
+	joiner.stop()
+	line := logLine(t, joiner, "Backlog handed over")
+	if line == "" {
+		fatalf(t, "%s: no \"Backlog handed over\" in its log", joiner.spec.name)
+	}
+	t.Logf("transfer: %s", line)
+	if err := os.RemoveAll(joiner.storage); err != nil {
+		fatal(t, err)
+	}
+	waitConverged(t, nodes, targets)
+
+	recv.status.Store(0)
+	t.Logf("remote end back")
+	checkCounters(t, recv.testReceiver, targets, servedNow(targets), nil)
+	recv.checkNoRejections(t)
+	if st := recv.Stats(); st.Dropped != 0 {
+		errorf(t, "receiver dropped %d exact duplicates: a sample was sent twice", st.Dropped)
+	}
+	checkNoFailedSamples(t, nodes)
+	for _, a := range nodes {
+		if v, err := a.metricValue("shoal_handover_prometheus_remote_storage_samples_failed_total", nil); err == nil && v != 0 {
+			errorf(t, "%s: %v samples of a backlog taken over failed", a.spec.name, v)
+		}
+	}
+}
+
 // TestHandoverWithoutPeerKeepsBacklogForRestart: the only replica stops
 // while the remote end is down, so there is nobody to hand over to: the
 // failure is counted and logged, its WAL and progress stay, and the same

@@ -2,10 +2,12 @@ package handover
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/shoal-dev/shoal/placement"
 	"github.com/shoal-dev/shoal/remotewrite"
 )
 
@@ -78,6 +80,8 @@ func (s *Service) deliver(ctx context.Context, b Backlog) {
 		return
 	}
 	defer m.Close()
+	holds := s.carryHolds(b, m, logger) // before the queues start
+	defer holds.Close()
 	cfg := s.config()
 	if err := m.ApplyConfig(cfg); err != nil {
 		logger.Error("Cannot apply the remote_write configuration to a backlog taken over", "err", err)
@@ -109,10 +113,13 @@ func (s *Service) deliver(ctx context.Context, b Backlog) {
 			}
 		case <-tick.C:
 		}
+		holds.Step()
+		s.setAcked(b.ID, holds.AckedSeq())
 		if !m.Acked(b.End) {
 			continue
 		}
 		m.Stop(time.Second)
+		s.setAcked(b.ID, 0)
 		if err := s.store.Delivered(b.ID); err != nil {
 			logger.Error("Backlog delivered but its files could not be removed; it will be checked again", "err", err)
 			sleep(ctx, 5*time.Second)
@@ -126,6 +133,52 @@ func (s *Service) deliver(ctx context.Context, b Backlog) {
 		return
 	}
 }
+
+// carryHolds keeps the leaver's holds of b on m, the queues that send it.
+func (s *Service) carryHolds(b Backlog, m placement.HoldQueues, logger *slog.Logger) CarriedHolds {
+	s.holdsMu.Lock()
+	keep := s.holds
+	s.holdsMu.Unlock()
+	if keep == nil || len(b.HandOff) == 0 {
+		return noHolds{}
+	}
+	h, err := keep(b.HandOff, m)
+	if err != nil {
+		// Never sending it would lose it with the next scale-in.
+		logger.Error("Cannot read the hand-off state of a backlog taken over; sending it without its leaver's holds (the remote end may refuse samples as out of order)", "err", err)
+		return noHolds{}
+	}
+	return h
+}
+
+// setAcked records how far b's leaver's fences are delivered (0: forget
+// it) and announces it when it moved: peers' holds waiting for one of
+// those fences then go.
+func (s *Service) setAcked(id string, seq uint64) {
+	s.holdsMu.Lock()
+	if s.acked == nil {
+		s.acked = map[string]uint64{}
+	}
+	old := s.acked[id]
+	if seq == 0 {
+		delete(s.acked, id)
+	} else {
+		s.acked[id] = seq
+	}
+	s.holdsMu.Unlock()
+	if seq == 0 || seq == old {
+		return
+	}
+	if err := s.announce(); err != nil {
+		s.logger.Warn("Updating the carried backlogs failed", "err", err)
+	}
+}
+
+type noHolds struct{}
+
+func (noHolds) Step() int        { return 0 }
+func (noHolds) AckedSeq() uint64 { return 0 }
+func (noHolds) Close()           {}
 
 func sleep(ctx context.Context, d time.Duration) {
 	t := time.NewTimer(d)

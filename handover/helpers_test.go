@@ -57,11 +57,18 @@ func writeBacklog(t testing.TB, root string, n int) {
 // encodeDir encodes the backlog in root as a transfer with id.
 func encodeDir(t testing.TB, root, id string) []byte {
 	t.Helper()
+	return encodeWith(t, root, Header{ID: id, Node: "leaver", Start: 1000, Seq: 3})
+}
+
+// encodeWith encodes the backlog in root as a transfer with header h
+// (its file count and size filled in).
+func encodeWith(t testing.TB, root string, h Header) []byte {
+	t.Helper()
 	files, err := listBacklog(root)
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := Header{ID: id, Node: "leaver", Start: 1000, Seq: 3, Files: len(files)}
+	h.Files, h.Bytes = len(files), 0
 	for _, f := range files {
 		h.Bytes += f.size
 	}

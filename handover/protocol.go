@@ -32,7 +32,9 @@ const (
 	Version byte = 1
 
 	maxChunk = 1 << 20 // bytes of file data per 'D' frame
-	maxMeta  = 64 << 10
+	// maxMeta bounds the header and end frames: the header's HandOff
+	// grows with the holds in force and the peers each waits for.
+	maxMeta = 4 << 20
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -57,6 +59,12 @@ type Header struct {
 	// Samples counts the samples and histograms not yet sent (for
 	// metrics and the status page only).
 	Samples int64 `json:"samples"`
+	// HandOff is the node's hand-off state when it left
+	// (placement.Coordinator.LeavingState): the holds its queues were
+	// behind and its fences not yet acknowledged. The receiver keeps the
+	// holds on the queues that send the backlog. Absent from older
+	// versions: the backlog is then sent without holds.
+	HandOff json.RawMessage `json:"handoff,omitempty"`
 }
 
 type endFrame struct {

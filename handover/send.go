@@ -37,6 +37,8 @@ type Own struct {
 	// after a transfer, their progress is marked as sent up to End.
 	Queues []string
 	End    wal.Position
+	// HandOff is the node's hand-off state (Header.HandOff).
+	HandOff []byte
 }
 
 // TransferStatus describes an outgoing transfer, for the status page.
@@ -82,7 +84,7 @@ func (s *Service) Leave(ctx context.Context, own *Own) {
 	if own == nil {
 		return
 	}
-	h := Header{ID: newID(), Node: own.Node, Start: own.Start.UnixMilli(), Seq: own.Seq}
+	h := Header{ID: newID(), Node: own.Node, Start: own.Start.UnixMilli(), Seq: own.Seq, HandOff: own.HandOff}
 	if s.send(ctx, own.Dir, h) != nil {
 		return
 	}

@@ -124,6 +124,33 @@ type Service struct {
 	statusMu sync.Mutex
 	last     *TransferStatus
 	sending  *TransferStatus
+
+	holdsMu sync.Mutex
+	holds   HoldKeeper
+	acked   map[string]uint64 // backlog id: its leaver's last fence delivered
+}
+
+// HoldKeeper keeps a departed node's holds (Header.HandOff) on the queues
+// that send its backlog: cmd/shoal wires placement.Coordinator.CarryHolds.
+type HoldKeeper func(state []byte, q placement.HoldQueues) (CarriedHolds, error)
+
+// CarriedHolds are the holds kept on a backlog's queues
+// (*placement.CarriedHolds).
+type CarriedHolds interface {
+	// Step releases what may go and returns how many holds remain.
+	Step() int
+	// AckedSeq is the leaver's last fence whose samples are delivered.
+	AckedSeq() uint64
+	// Close releases every hold left.
+	Close()
+}
+
+// SetHolds sets how backlogs keep their leavers' holds; call it before
+// Run. Without it a backlog is sent without them.
+func (s *Service) SetHolds(k HoldKeeper) {
+	s.holdsMu.Lock()
+	s.holds = k
+	s.holdsMu.Unlock()
 }
 
 // New opens the store in opts.Dir and announces the backlogs it holds, so
@@ -199,12 +226,15 @@ func (s *Service) announce() error {
 	var carries []cluster.Carry
 	var local []placement.Departed
 	var bytes int64
+	s.holdsMu.Lock()
 	for _, b := range pend {
 		start := time.UnixMilli(b.Start)
-		carries = append(carries, cluster.Carry{Of: cluster.CarryKey(b.Node, start), Seq: b.Seq})
-		local = append(local, placement.Departed{Node: b.Node, Start: start, Seq: b.Seq})
+		acked := s.acked[b.ID]
+		carries = append(carries, cluster.Carry{Of: cluster.CarryKey(b.Node, start), Seq: b.Seq, Acked: acked})
+		local = append(local, placement.Departed{Node: b.Node, Start: start, Seq: b.Seq, Acked: acked})
 		bytes += b.Bytes
 	}
+	s.holdsMu.Unlock()
 	s.tracker.setLocal(local)
 	s.metrics.pending.Set(float64(len(pend)))
 	s.metrics.pendingBytes.Set(float64(bytes))

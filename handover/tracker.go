@@ -49,6 +49,7 @@ type Tracker struct {
 type seenCarry struct {
 	carrier string
 	at      time.Time // last seen announced
+	acked   uint64    // Carry.Acked
 }
 
 // Defaults for NewTracker.
@@ -102,7 +103,7 @@ func (t *Tracker) refresh(force bool) {
 		t.last[p.Name] = p
 		delete(t.goneAt, p.Name)
 		for _, c := range p.Carried {
-			t.seen[c.Of] = seenCarry{carrier: p.Name, at: now}
+			t.seen[c.Of] = seenCarry{carrier: p.Name, at: now, acked: c.Acked}
 		}
 	}
 	for _, d := range t.m.Departed() {
@@ -183,12 +184,12 @@ func (t *Tracker) Pending(node string, start time.Time, seq uint64, gone bool) b
 	defer t.mu.Unlock()
 	for _, d := range t.local {
 		if d.Node == node && d.Start.Equal(start) {
-			return true
+			return !deliveredThrough(d.Acked, seq)
 		}
 	}
 	key := cluster.CarryKey(node, start)
-	if _, ok := t.seen[key]; ok {
-		return true
+	if s, ok := t.seen[key]; ok {
+		return !deliveredThrough(s.acked, seq)
 	}
 	if !gone {
 		// Alive: its own acknowledgements are the caller's to wait for.
@@ -206,4 +207,11 @@ func (t *Tracker) Pending(node string, start time.Time, seq uint64, gone bool) b
 	}
 	return t.now().Sub(t.goneAt[node]) < t.wait &&
 		p.State == cluster.Terminating && p.StartTime.Equal(start) && p.Handoff.AckedSeq < seq
+}
+
+// deliveredThrough reports whether a backlog whose fences up to acked are
+// delivered has delivered fence seq: a hold waiting for it need not wait
+// for the rest (a hold that waits for no fence, seq 0, waits for all).
+func deliveredThrough(acked, seq uint64) bool {
+	return seq > 0 && acked >= seq
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/shoal-dev/shoal/cluster"
+	"github.com/shoal-dev/shoal/placement"
 )
 
 func TestTrackerKeepsLeaverPendingWhileItsBacklogIsCarried(t *testing.T) {
@@ -153,4 +154,28 @@ func trackingALeaver() (time.Time, cluster.Peer, *fakeCluster, *Tracker) {
 	tr := NewTracker(cl, time.Hour, 5*time.Minute)
 	tr.refresh(true)
 	return start, leaver, cl, tr
+}
+
+// A hold waiting for one of a leaver's fences goes once the carrier
+// announces that fence delivered, without waiting for the rest of the
+// backlog: the rest may itself be behind a hold the leaver had, waiting for
+// the very node that asks.
+func TestTrackerReleasesAFenceTheCarrierDelivered(t *testing.T) {
+	start := time.UnixMilli(1000)
+	key := cluster.CarryKey("leaver", start)
+	carrier := cluster.Peer{Name: "carrier", State: cluster.Participant, StartTime: start,
+		Carried: []cluster.Carry{{Of: key, Seq: 5, Acked: 3}}}
+	cl := newFakeCluster("owner")
+	cl.setPeers(carrier)
+	tr := NewTracker(cl, time.Hour, time.Hour)
+	tr.refresh(true)
+	for seq, pending := range map[uint64]bool{0: true, 3: false, 4: true, 5: true} {
+		if got := tr.Pending("leaver", start, seq, true); got != pending {
+			t.Errorf("fence %d of a backlog delivered through fence 3: pending = %v, want %v", seq, got, pending)
+		}
+	}
+	tr.setLocal([]placement.Departed{{Node: "other", Start: start, Seq: 5, Acked: 2}})
+	if tr.Pending("other", start, 2, true) || !tr.Pending("other", start, 3, true) {
+		t.Error("a backlog this node carries is not judged by how far it is delivered")
+	}
 }

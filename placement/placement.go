@@ -164,18 +164,21 @@ type Backlogs interface {
 	// Pending reports whether node's backlog from the life that started
 	// at start, up to its fence seq, is held by some node and not yet
 	// delivered, or may still be announced by one. gone: node is absent
-	// from the membership the caller decides on.
+	// from the membership the caller decides on. seq 0 asks about the
+	// whole backlog.
 	Pending(node string, start time.Time, seq uint64, gone bool) bool
 	// Carried lists the departed nodes' backlogs this node itself holds,
 	// undelivered.
 	Carried() []Departed
 }
 
-// Departed names a life of a node that left and the last fence of it.
+// Departed names a life of a node that left, the last fence of it and
+// the last one whose samples are delivered (Acked, 0: none known).
 type Departed struct {
 	Node  string
 	Start time.Time
 	Seq   uint64
+	Acked uint64
 }
 
 func (o Options) withDefaults() Options {
@@ -1038,17 +1041,35 @@ func (c *Coordinator) step() {
 	if c.PublishAcked() == 0 {
 		return
 	}
+	peers := c.alivePeers()
+	now := c.now()
+	ready := c.cl.Ready()
+	c.mu.Lock()
+	keep, done, expired := judgeHolds(c.holds, peers, now, ready)
+	c.holds = keep
+	long := longHolds(keep, now)
+	c.mu.Unlock()
+	c.endHolds(long, done, expired, peers, now)
+	if len(done)+len(expired) > 0 {
+		c.metrics.holds.Set(float64(len(keep)))
+		c.saveState()
+	}
+}
 
+// alivePeers maps the members by name.
+func (c *Coordinator) alivePeers() map[string]cluster.Peer {
 	peers := map[string]cluster.Peer{}
 	for _, p := range c.cl.Peers() {
 		peers[p.Name] = p
 	}
-	now := c.now()
-	ready := c.cl.Ready()
-	c.mu.Lock()
-	var keep []*hold
-	var done, expired []*hold
-	for _, h := range c.holds {
+	return peers
+}
+
+// judgeHolds sorts holds into those that stay, those whose peers are all
+// satisfied and those past their timeout. A restored hold is judged only
+// once the cluster is ready (ready): before, its peers count as gone.
+func judgeHolds(holds []*hold, peers map[string]cluster.Peer, now time.Time, ready bool) (keep, done, expired []*hold) {
+	for _, h := range holds {
 		switch {
 		case (ready || !h.restored) && h.satisfied(peers, now):
 			done = append(done, h)
@@ -1058,15 +1079,24 @@ func (c *Coordinator) step() {
 			keep = append(keep, h)
 		}
 	}
-	c.holds = keep
-	var long []*hold
+	return keep, done, expired
+}
+
+// longHolds marks and returns the holds of keep that have lasted
+// holdWarnAfter and were not logged yet.
+func longHolds(keep []*hold, now time.Time) (long []*hold) {
 	for _, h := range keep {
 		if !h.warned && now.Sub(h.start) >= holdWarnAfter {
 			h.warned = true
 			long = append(long, h)
 		}
 	}
-	c.mu.Unlock()
+	return long
+}
+
+// endHolds logs the long holds and releases the done and expired ones,
+// with their metrics.
+func (c *Coordinator) endHolds(long, done, expired []*hold, peers map[string]cluster.Peer, now time.Time) {
 	for _, h := range long {
 		c.logger.Warn("A remote-write hold has lasted long: nothing this node wrote since is sent until the peers it waits for acknowledge their last samples of moved targets, leave, or --cluster.handoff-timeout passes",
 			"held", now.Sub(h.start).Round(time.Second), "waiting_for", h.waitingFor(peers, now), "peers", holdPeers(h, peers), "timeout", c.opts.HandoffTimeout)
@@ -1085,10 +1115,6 @@ func (c *Coordinator) step() {
 		c.metrics.holdTimeouts.Inc()
 		c.logger.Warn("Released the remote-write hold after --cluster.handoff-timeout although a peer's last samples of moved targets are not acknowledged; the receiver may refuse them as out of order",
 			"timeout", c.opts.HandoffTimeout, "peers", h.waitingFor(peers, now))
-	}
-	if len(done)+len(expired) > 0 {
-		c.metrics.holds.Set(float64(len(keep)))
-		c.saveState()
 	}
 }
 

@@ -101,12 +101,7 @@ func (c *Coordinator) restoreState() {
 		c.pending = append(c.pending, fenceMark{seq: m.Seq, pos: m.Pos})
 	}
 	for _, sh := range st.Holds {
-		need := make(map[string]peerNeed, len(sh.Need))
-		for name, n := range sh.Need {
-			need[name] = peerNeed{seq: n.Seq, fenced: n.Fenced, next: n.Next, first: n.First, start: n.Start}
-		}
-		c.holds = append(c.holds, &hold{pos: sh.Pos, start: sh.Start, due: sh.Due, nextUntil: sh.NextUntil,
-			release: c.remote.Hold(sh.Pos), need: need, backlogs: c.opts.Backlogs, restored: true})
+		c.holds = append(c.holds, sh.hold(c.remote.Hold(sh.Pos), c.opts.Backlogs))
 	}
 	c.metrics.fencedSeq.Set(float64(c.fencedSeq))
 	c.metrics.ackedSeq.Set(float64(c.ackedSeq))
@@ -115,15 +110,28 @@ func (c *Coordinator) restoreState() {
 		"unacknowledged_fences", len(c.pending), "holds", len(st.Holds))
 }
 
-// stateLocked is what saveState writes.
-func (c *Coordinator) stateLocked() savedState {
+// hold is sh taken up again, released by release; it is judged once the
+// cluster is ready.
+func (sh savedHold) hold(release func(), backlogs Backlogs) *hold {
+	need := make(map[string]peerNeed, len(sh.Need))
+	for name, n := range sh.Need {
+		need[name] = peerNeed{seq: n.Seq, fenced: n.Fenced, next: n.Next, first: n.First, start: n.Start}
+	}
+	return &hold{pos: sh.Pos, start: sh.Start, due: sh.Due, nextUntil: sh.NextUntil,
+		release: release, need: need, backlogs: backlogs, restored: true}
+}
+
+// stateLocked is what saveState writes; withCarried adds the holds
+// holdForCarried placed (a leaving node's backlog carries them,
+// LeavingState).
+func (c *Coordinator) stateLocked(withCarried bool) savedState {
 	st := savedState{Version: stateVersion, FencedSeq: c.fencedSeq, LostSeq: c.lostSeq, AckedSeq: c.ackedSeq,
 		Clean: c.finalSeq != 0 && c.ackedSeq >= c.finalSeq}
 	for _, m := range c.pending {
 		st.Pending = append(st.Pending, savedMark{Seq: m.seq, Pos: m.pos})
 	}
 	for _, h := range c.holds {
-		if h.carried {
+		if h.carried && !withCarried {
 			continue // holdForCarried places it anew from the backlogs on disk
 		}
 		sh := savedHold{Pos: h.pos, Start: h.start, Due: h.due, NextUntil: h.nextUntil, Need: map[string]savedNeed{}}
@@ -145,7 +153,7 @@ func (c *Coordinator) saveState() {
 	c.saveMu.Lock()
 	defer c.saveMu.Unlock()
 	c.mu.Lock()
-	st := c.stateLocked()
+	st := c.stateLocked(false)
 	c.mu.Unlock()
 	b, err := json.Marshal(st)
 	if err != nil {

@@ -46,6 +46,17 @@ func (a *agent) backlogs() placement.Backlogs {
 	return a.handover.Tracker()
 }
 
+// keepCarriedHolds has the backlogs taken over sent behind their leavers'
+// holds, which placement judges.
+func (a *agent) keepCarriedHolds() {
+	if a.handover == nil {
+		return
+	}
+	a.handover.SetHolds(func(state []byte, q placement.HoldQueues) (handover.CarriedHolds, error) {
+		return a.placement.CarryHolds(state, q)
+	})
+}
+
 // handOver runs once the remote-write queues have stopped: what they have
 // not had acknowledged, and the backlogs this node took over, go to a peer.
 func (a *agent) handOver() {
@@ -67,6 +78,10 @@ func (a *agent) handOver() {
 		own = &handover.Own{
 			Dir: a.f.storagePath, Node: self.Name, Start: self.StartTime, Seq: self.Handoff.FencedSeq,
 			Queues: remotewrite.QueueNames(a.cfg.Load()), End: end,
+		}
+		// The holds the queues were behind go with the backlog.
+		if own.HandOff, err = a.placement.LeavingState(); err != nil {
+			a.logger.Error("Cannot encode the hand-off state; the backlog is handed over without its holds", "err", err)
 		}
 		a.logger.Info("Remote-write queues hold unacknowledged samples; handing them to a peer", "timeout", a.f.handoverTimeout)
 	}

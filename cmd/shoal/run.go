@@ -306,6 +306,7 @@ func runAgent(ctx context.Context, f *flags, reg *prometheus.Registry) error {
 			return err
 		}
 		defer a.placement.Close()
+		a.keepCarriedHolds()
 		filterOpts.Handoff = a.placement
 		if f.placement == placement.ModeBounded {
 			// Targets are weighed where their samples are appended.
