@@ -509,6 +509,7 @@ func TestBoundedGenerationIsTheResult(t *testing.T) {
 		if !first.sticky {
 			t.Fatal("peers of this version do not place from the current owners")
 		}
+		_, firstView := h.c.View()
 		k := slices.Min(slices.Collect(maps.Keys(ws)))
 		ws[k] = 10.001
 		h.cl.setWeights("b", cluster.NodeWeights{Incarnation: 1, Version: 2, Weights: maps.Clone(ws)})
@@ -525,11 +526,129 @@ func TestBoundedGenerationIsTheResult(t *testing.T) {
 		if RingID(second) != RingID(first) {
 			t.Fatalf("a weight change that moves nothing is generation %x, was %x", RingID(second), RingID(first))
 		}
+		if _, v := h.c.View(); v != firstView {
+			t.Fatalf("a placement that moves nothing is view %d, was %d: the filter would re-filter every target for nothing", v, firstView)
+		}
 		ws[k] = 1e6 // larger than the limit on b: it moves, or others do
 		h.cl.setWeights("b", cluster.NodeWeights{Incarnation: 1, Version: 3, Weights: maps.Clone(ws)})
 		synctest.Wait()
 		if third := placementOf(t, &boundedNode{name: "a", c: h.c}); RingID(third) == RingID(first) {
 			t.Fatal("a weight change that moves targets kept the generation")
+		}
+	})
+}
+
+// After a view change the nodes that gained targets publish their weights
+// and the ones that lost them stop, one publication after another: the
+// sticky placement is built once they have settled, not once per
+// publication, and a build that places every target as before is no new
+// view for the filter. A publication that does not follow this node's
+// placement (its publisher placed differently) and a change of the
+// weights themselves are built at once.
+func TestBoundedPublisherChangesAreBuiltOnceTheySettle(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := start(t, Options{Placement: ModeBounded, Tokens: 64})
+		h.cl.becomeReady()
+		h.cl.setPeer(participant("b", cluster.Watermarks{}))
+		h.cl.setPeer(participant("c", cluster.Watermarks{}))
+		r := rand.New(rand.NewPCG(21, 22))
+		sets := map[string]map[uint64]float64{"b": {}, "c": {}}
+		for range 20 {
+			sets["b"][r.Uint64()] = 10
+			sets["c"][r.Uint64()] = 10
+		}
+		version := uint64(1)
+		publish := func(name string) {
+			version++
+			h.cl.setWeights(name, cluster.NodeWeights{Incarnation: 1, Version: version, Weights: maps.Clone(sets[name])})
+		}
+		publish("b")
+		publish("c")
+		time.Sleep(ownersWait)
+		synctest.Wait()
+		builds := func() float64 { return testutil.ToFloat64(h.c.metrics.generations) }
+		p := placementOf(t, &boundedNode{name: "a", c: h.c})
+		_, view := h.c.View()
+		n := builds()
+		primary := func(k uint64) string { return p.Owners(k, 1, nil)[0] }
+		settling := func(what string) {
+			t.Helper()
+			time.Sleep(ownersQuiet / 4)
+			synctest.Wait()
+			if builds() != n {
+				t.Fatalf("built while the publications had not settled (%s)", what)
+			}
+		}
+
+		// b and c follow the placement, one key at a time: first each
+		// adopts what it is given, then each drops what it lost.
+		for _, name := range []string{"b", "c"} {
+			for _, k := range slices.Sorted(maps.Keys(sets["b"])) {
+				if _, ok := sets[name][k]; !ok && primary(k) == name {
+					sets[name][k] = 10
+					publish(name)
+					settling(name + " adopts")
+				}
+			}
+			for _, k := range slices.Sorted(maps.Keys(sets["c"])) {
+				if _, ok := sets[name][k]; !ok && primary(k) == name {
+					sets[name][k] = 10
+					publish(name)
+					settling(name + " adopts")
+				}
+			}
+		}
+		for _, name := range []string{"b", "c"} {
+			for _, k := range slices.Sorted(maps.Keys(sets[name])) {
+				if primary(k) != name {
+					delete(sets[name], k)
+					publish(name)
+					settling(name + " drops")
+				}
+			}
+		}
+		time.Sleep(ownersQuiet)
+		synctest.Wait()
+		if builds() != n+1 {
+			t.Fatalf("built %v times once the publications settled, want 1", builds()-n)
+		}
+		if _, v := h.c.View(); v != view {
+			t.Fatalf("the settled publications are view %d, was %d: placed from its own owners, a placement is the same", v, view)
+		}
+
+		// Publications that never settle are built by ownersWait.
+		n = builds()
+		for range 2 * int(ownersWait/(ownersQuiet/2)) {
+			publish("b")
+			time.Sleep(ownersQuiet / 2)
+			synctest.Wait()
+		}
+		if got := builds() - n; got < 1 || got > 3 {
+			t.Fatalf("built %v times in %v of publications, want one per %v", got, 2*ownersWait, ownersWait)
+		}
+
+		// b adopts a target placed on c: it placed differently.
+		n = builds()
+		for k := range sets["c"] {
+			sets["b"][k] = 10
+			break
+		}
+		publish("b")
+		synctest.Wait()
+		if builds() != n+1 {
+			t.Fatalf("a publication against this node's placement was built %v times at once, want 1", builds()-n)
+		}
+
+		// A weight that changes is built at once.
+		n = builds()
+		for k := range sets["c"] {
+			sets["c"][k] = 11
+			break
+		}
+		publish("c")
+		synctest.Wait()
+		if builds() != n+1 {
+			t.Fatalf("a changed weight was built %v times at once, want 1", builds()-n)
 		}
 	})
 }

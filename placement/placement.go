@@ -226,26 +226,32 @@ type Coordinator struct {
 	// gate's answers may have changed.
 	changes chan struct{}
 
-	mu          sync.Mutex
-	view        scrape.View // what the filter places by (View), of generation viewGen
-	viewGen     uint64
-	ring        scrape.Placement
-	ringKey     string   // participants, self state and weights of ring, to skip no-op updates
-	ringPeers   []string // ModeBounded: the participants that keep the cluster on the ring
-	modeLogged  bool     // ModeBounded: the placement mode has been logged once
-	publishDue  bool     // ModeBounded: apply the WeightPolicy at the next update
-	terminating bool
-	fencedAny   bool // Fence was called since the last Fenced
-	fencedSeq   uint64
-	fencedRing  uint64
-	fencedGen   uint64 // RingID of the placement of fencedSeq
-	lostSeq     uint64 // the last fence that stopped targets (Watermarks.LostSeq)
-	ackedSeq    uint64
-	finalSeq    uint64      // the fence made as a non-participant while terminating
-	pending     []fenceMark // fences not acknowledged yet, oldest first
-	holds       []*hold
-	ackedCh     chan struct{} // closed and replaced when ackedSeq moves
-	continued   bool          // the numbering goes on from the previous life (Watermarks.Continued)
+	mu      sync.Mutex
+	view    scrape.View // what the filter places by (View), of generation viewGen
+	viewGen uint64
+	ring    scrape.Placement
+	ringKey string // participants, self state and weights of ring, to skip no-op updates
+	// ringOwners is who published what (setsDigest) when the sticky
+	// placement ring was built; a change waits (ownersDueLocked): the
+	// last one seen, when it came, and since when changes are pending.
+	ringOwners, ownersSeen     uint64
+	ownersChanged, ownersSince time.Time
+	ringSets                   map[string]cluster.NodeWeights // the sets ring was built from
+	ringPeers                  []string                       // ModeBounded: the participants that keep the cluster on the ring
+	modeLogged                 bool                           // ModeBounded: the placement mode has been logged once
+	publishDue                 bool                           // ModeBounded: apply the WeightPolicy at the next update
+	terminating                bool
+	fencedAny                  bool // Fence was called since the last Fenced
+	fencedSeq                  uint64
+	fencedRing                 uint64
+	fencedGen                  uint64 // RingID of the placement of fencedSeq
+	lostSeq                    uint64 // the last fence that stopped targets (Watermarks.LostSeq)
+	ackedSeq                   uint64
+	finalSeq                   uint64      // the fence made as a non-participant while terminating
+	pending                    []fenceMark // fences not acknowledged yet, oldest first
+	holds                      []*hold
+	ackedCh                    chan struct{} // closed and replaced when ackedSeq moves
+	continued                  bool          // the numbering goes on from the previous life (Watermarks.Continued)
 	// unclean: the previous life ended without its final fence
 	// acknowledged, so it may have scraped after its last fence: the
 	// first fence of this life counts as one that stopped targets.
@@ -635,17 +641,19 @@ func (c *Coordinator) updateOnce() bool {
 		bounded = c.boundedAgreed(peers, sets)
 	}
 	key += fmt.Sprintf("\xffbounded=%v", bounded)
+	var owners uint64 // sticky: who publishes what
 	if bounded {
 		u, digest, departedOnly = c.weigher.union(sets)
 		key += fmt.Sprintf("\xff%016x", digest)
 		if sticky = placesSticky(peers); sticky {
-			key += fmt.Sprintf("\xffsticky %016x", setsDigest(sets))
+			key += "\xffsticky"
+			owners = setsDigest(sets)
 		}
 	}
 	c.mu.Lock()
 	full := c.publishDue
 	c.publishDue = false
-	if key == c.ringKey {
+	if key == c.ringKey && !c.ownersDueLocked(owners, sets) {
 		r := c.ring
 		c.mu.Unlock()
 		c.notify() // a peer's watermarks may have moved: the gate may answer anew
@@ -660,13 +668,110 @@ func (c *Coordinator) updateOnce() bool {
 	} else {
 		r = buildRing(peers, c.opts.Tokens)
 	}
-	c.ring, c.ringKey = r, key
-	c.view = scrape.View{Placement: r, Self: c.opts.NodeName, ReplicationFactor: c.opts.ReplicationFactor,
+	view := scrape.View{Placement: r, Self: c.opts.NodeName, ReplicationFactor: c.opts.ReplicationFactor,
 		Participant: participant, KubeNodes: kube, PlaceBy: placeBy}
-	c.viewGen++
+	same := c.viewGen != 0 && sameView(c.view, view)
+	c.ring, c.ringKey, c.ringOwners, c.ringSets, c.ownersSince = r, key, owners, sets, time.Time{}
+	c.view = view
+	if !same {
+		c.viewGen++
+	}
 	c.mu.Unlock()
-	c.notify()
+	c.notify() // unchanged, the gate may still answer anew
 	return c.publishWeights(r, u, sets, full)
+}
+
+// ownersQuiet and ownersWait bound how long a change in who publishes
+// weights waits before the sticky placement is built again: see
+// ownersDueLocked.
+const (
+	ownersQuiet = 500 * time.Millisecond
+	ownersWait  = 5 * time.Second
+)
+
+// ownersDueLocked reports whether a sticky placement must be built again
+// now although its participants and weights are the same: the publishers
+// (owners) changed, and have been quiet for ownersQuiet since their last
+// change, or have kept changing for ownersWait, or a publication
+// contradicts this node's placement. After a view change every node that
+// gains targets publishes their weights and every node that lost them
+// stops: one publication per node, arriving one after another. Built from
+// each, a placement usually comes out the same (placed again from its own
+// owners, a sticky placement is a fixed point) and, in between, may move
+// targets back and forth; every node places every target each time.
+// Waiting for the publications to settle builds once from where they end.
+// A node that adopts a target this node places elsewhere, or drops one
+// this node places on it, placed differently: then the placements differ
+// and their gained targets wait (Contested), so that is built at once.
+func (c *Coordinator) ownersDueLocked(owners uint64, sets map[string]cluster.NodeWeights) bool {
+	if owners == c.ringOwners {
+		c.ownersSince = time.Time{}
+		return false
+	}
+	if !publicationsFollow(c.ring, c.ringSets, sets) {
+		return true
+	}
+	now := c.now()
+	if owners != c.ownersSeen || c.ownersSince.IsZero() {
+		c.ownersSeen, c.ownersChanged = owners, now
+		if c.ownersSince.IsZero() {
+			c.ownersSince = now
+		}
+	}
+	return !now.Before(c.ownersDueAtLocked())
+}
+
+// ownersDueAtLocked is when a pending change of publishers is built
+// (zero: none pending).
+func (c *Coordinator) ownersDueAtLocked() time.Time {
+	if c.ownersSince.IsZero() {
+		return time.Time{}
+	}
+	quiet, wait := c.ownersChanged.Add(ownersQuiet), c.ownersSince.Add(ownersWait)
+	if wait.Before(quiet) {
+		return wait
+	}
+	return quiet
+}
+
+// publicationsFollow reports whether every publisher that changed since
+// before follows placement r: the keys it added are ones r places on it as
+// primary, the keys it dropped ones r places elsewhere.
+func publicationsFollow(r scrape.Placement, before, sets map[string]cluster.NodeWeights) bool {
+	if r == nil {
+		return false
+	}
+	var buf [1]string
+	primary := func(k uint64, name string) bool {
+		o := r.Owners(k, 1, buf[:0])
+		return len(o) == 1 && o[0] == name
+	}
+	for name, s := range sets {
+		old, ok := before[name]
+		if ok && old.Incarnation == s.Incarnation && old.Version == s.Version {
+			continue
+		}
+		for k := range s.Weights {
+			if _, had := old.Weights[k]; !had && !primary(k, name) {
+				return false
+			}
+		}
+		for k := range old.Weights {
+			if _, has := s.Weights[k]; !has && primary(k, name) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// sameView reports whether the filter would place every target of b as it
+// does by a: a placement built again with the same result (its generation)
+// is not a new view to re-filter and hand off.
+func sameView(a, b scrape.View) bool {
+	return RingID(a.Placement) == RingID(b.Placement) && slices.Equal(a.Placement.Nodes(), b.Placement.Nodes()) &&
+		a.Self == b.Self && a.ReplicationFactor == b.ReplicationFactor && a.Participant == b.Participant &&
+		a.PlaceBy == b.PlaceBy && maps.Equal(a.KubeNodes, b.KubeNodes)
 }
 
 // publishWeights publishes this node's weights under placement r, built
@@ -1162,6 +1267,11 @@ func (c *Coordinator) nextWake() time.Duration {
 	}
 	if t := c.configWakeLocked(c.now()); t > 0 && (d == 0 || t < d) {
 		d = t
+	}
+	if at := c.ownersDueAtLocked(); !at.IsZero() {
+		if t := max(at.Sub(c.now()), time.Millisecond); d == 0 || t < d {
+			d = t
+		}
 	}
 	if c.contestGen != 0 && !c.contestExpired {
 		// The wake-up signals Changes: the filter asks the gate again,
