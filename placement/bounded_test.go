@@ -504,6 +504,7 @@ func TestBoundedGenerationIsTheResult(t *testing.T) {
 			ws[r.Uint64()] = 10
 		}
 		h.cl.setWeights("b", cluster.NodeWeights{Incarnation: 1, Version: 1, Weights: maps.Clone(ws)})
+		time.Sleep(inputsQuiet) // new weights are placed once settled
 		synctest.Wait()
 		first := placementOf(t, &boundedNode{name: "a", c: h.c})
 		if !first.sticky {
@@ -513,6 +514,7 @@ func TestBoundedGenerationIsTheResult(t *testing.T) {
 		k := slices.Min(slices.Collect(maps.Keys(ws)))
 		ws[k] = 10.001
 		h.cl.setWeights("b", cluster.NodeWeights{Incarnation: 1, Version: 2, Weights: maps.Clone(ws)})
+		time.Sleep(inputsQuiet) // new weights are placed once settled
 		synctest.Wait()
 		second := placementOf(t, &boundedNode{name: "a", c: h.c})
 		if second == first {
@@ -531,6 +533,7 @@ func TestBoundedGenerationIsTheResult(t *testing.T) {
 		}
 		ws[k] = 1e6 // larger than the limit on b: it moves, or others do
 		h.cl.setWeights("b", cluster.NodeWeights{Incarnation: 1, Version: 3, Weights: maps.Clone(ws)})
+		time.Sleep(inputsQuiet) // new weights are placed once settled
 		synctest.Wait()
 		if third := placementOf(t, &boundedNode{name: "a", c: h.c}); RingID(third) == RingID(first) {
 			t.Fatal("a weight change that moves targets kept the generation")
@@ -542,9 +545,9 @@ func TestBoundedGenerationIsTheResult(t *testing.T) {
 // and the ones that lost them stop, one publication after another: the
 // sticky placement is built once they have settled, not once per
 // publication, and a build that places every target as before is no new
-// view for the filter. A publication that does not follow this node's
-// placement (its publisher placed differently) and a change of the
-// weights themselves are built at once.
+// view for the filter. So are new weights, which every node publishes at
+// the same time. A publication that does not follow this node's placement
+// (its publisher placed differently) and a join are built at once.
 func TestBoundedPublisherChangesAreBuiltOnceTheySettle(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := start(t, Options{Placement: ModeBounded, Tokens: 64})
@@ -564,7 +567,7 @@ func TestBoundedPublisherChangesAreBuiltOnceTheySettle(t *testing.T) {
 		}
 		publish("b")
 		publish("c")
-		time.Sleep(ownersWait)
+		time.Sleep(inputsWait)
 		synctest.Wait()
 		builds := func() float64 { return testutil.ToFloat64(h.c.metrics.generations) }
 		p := placementOf(t, &boundedNode{name: "a", c: h.c})
@@ -573,7 +576,7 @@ func TestBoundedPublisherChangesAreBuiltOnceTheySettle(t *testing.T) {
 		primary := func(k uint64) string { return p.Owners(k, 1, nil)[0] }
 		settling := func(what string) {
 			t.Helper()
-			time.Sleep(ownersQuiet / 4)
+			time.Sleep(inputsQuiet / 4)
 			synctest.Wait()
 			if builds() != n {
 				t.Fatalf("built while the publications had not settled (%s)", what)
@@ -607,7 +610,7 @@ func TestBoundedPublisherChangesAreBuiltOnceTheySettle(t *testing.T) {
 				}
 			}
 		}
-		time.Sleep(ownersQuiet)
+		time.Sleep(inputsQuiet)
 		synctest.Wait()
 		if builds() != n+1 {
 			t.Fatalf("built %v times once the publications settled, want 1", builds()-n)
@@ -616,15 +619,15 @@ func TestBoundedPublisherChangesAreBuiltOnceTheySettle(t *testing.T) {
 			t.Fatalf("the settled publications are view %d, was %d: placed from its own owners, a placement is the same", v, view)
 		}
 
-		// Publications that never settle are built by ownersWait.
+		// Publications that never settle are built by inputsWait.
 		n = builds()
-		for range 2 * int(ownersWait/(ownersQuiet/2)) {
+		for range 2 * int(inputsWait/(inputsQuiet/2)) {
 			publish("b")
-			time.Sleep(ownersQuiet / 2)
+			time.Sleep(inputsQuiet / 2)
 			synctest.Wait()
 		}
 		if got := builds() - n; got < 1 || got > 3 {
-			t.Fatalf("built %v times in %v of publications, want one per %v", got, 2*ownersWait, ownersWait)
+			t.Fatalf("built %v times in %v of publications, want one per %v", got, 2*inputsWait, inputsWait)
 		}
 
 		// b adopts a target placed on c: it placed differently.
@@ -639,16 +642,28 @@ func TestBoundedPublisherChangesAreBuiltOnceTheySettle(t *testing.T) {
 			t.Fatalf("a publication against this node's placement was built %v times at once, want 1", builds()-n)
 		}
 
-		// A weight that changes is built at once.
+		// Every node publishes its weights at the same multiple of the
+		// period: they too are built once settled.
 		n = builds()
-		for k := range sets["c"] {
-			sets["c"][k] = 11
-			break
+		for _, name := range []string{"b", "c"} {
+			for k := range sets[name] {
+				sets[name][k] *= 1.5
+			}
+			publish(name)
+			settling(name + " publishes new weights")
 		}
-		publish("c")
+		time.Sleep(inputsQuiet)
 		synctest.Wait()
 		if builds() != n+1 {
-			t.Fatalf("a changed weight was built %v times at once, want 1", builds()-n)
+			t.Fatalf("new weights built %v times once settled, want 1", builds()-n)
+		}
+
+		// A participant that joins is built at once.
+		n = builds()
+		h.cl.setPeer(participant("d", cluster.Watermarks{}))
+		synctest.Wait()
+		if builds() != n+1 {
+			t.Fatalf("a join was built %v times at once, want 1", builds()-n)
 		}
 	})
 }

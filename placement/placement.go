@@ -231,27 +231,31 @@ type Coordinator struct {
 	viewGen uint64
 	ring    scrape.Placement
 	ringKey string // participants, self state and weights of ring, to skip no-op updates
-	// ringOwners is who published what (setsDigest) when the sticky
-	// placement ring was built; a change waits (ownersDueLocked): the
-	// last one seen, when it came, and since when changes are pending.
-	ringOwners, ownersSeen     uint64
-	ownersChanged, ownersSince time.Time
+	// ringInputs are the weights and their publishers the sticky
+	// placement ring was built from; a change waits (inputsDueLocked):
+	// the last one seen, when it came, and since when changes are pending.
+	ringInputs, inputsSeen     uint64
+	inputsChanged, inputsSince time.Time
 	ringSets                   map[string]cluster.NodeWeights // the sets ring was built from
-	ringPeers                  []string                       // ModeBounded: the participants that keep the cluster on the ring
-	modeLogged                 bool                           // ModeBounded: the placement mode has been logged once
-	publishDue                 bool                           // ModeBounded: apply the WeightPolicy at the next update
-	terminating                bool
-	fencedAny                  bool // Fence was called since the last Fenced
-	fencedSeq                  uint64
-	fencedRing                 uint64
-	fencedGen                  uint64 // RingID of the placement of fencedSeq
-	lostSeq                    uint64 // the last fence that stopped targets (Watermarks.LostSeq)
-	ackedSeq                   uint64
-	finalSeq                   uint64      // the fence made as a non-participant while terminating
-	pending                    []fenceMark // fences not acknowledged yet, oldest first
-	holds                      []*hold
-	ackedCh                    chan struct{} // closed and replaced when ackedSeq moves
-	continued                  bool          // the numbering goes on from the previous life (Watermarks.Continued)
+	// pubRing and pubSets are the placement and sets (setsDigest) this
+	// node's weights were last published for (publishWeights).
+	pubRing     scrape.Placement
+	pubSets     uint64
+	ringPeers   []string // ModeBounded: the participants that keep the cluster on the ring
+	modeLogged  bool     // ModeBounded: the placement mode has been logged once
+	publishDue  bool     // ModeBounded: apply the WeightPolicy at the next update
+	terminating bool
+	fencedAny   bool // Fence was called since the last Fenced
+	fencedSeq   uint64
+	fencedRing  uint64
+	fencedGen   uint64 // RingID of the placement of fencedSeq
+	lostSeq     uint64 // the last fence that stopped targets (Watermarks.LostSeq)
+	ackedSeq    uint64
+	finalSeq    uint64      // the fence made as a non-participant while terminating
+	pending     []fenceMark // fences not acknowledged yet, oldest first
+	holds       []*hold
+	ackedCh     chan struct{} // closed and replaced when ackedSeq moves
+	continued   bool          // the numbering goes on from the previous life (Watermarks.Continued)
 	// unclean: the previous life ended without its final fence
 	// acknowledged, so it may have scraped after its last fence: the
 	// first fence of this life counts as one that stopped targets.
@@ -641,19 +645,22 @@ func (c *Coordinator) updateOnce() bool {
 		bounded = c.boundedAgreed(peers, sets)
 	}
 	key += fmt.Sprintf("\xffbounded=%v", bounded)
-	var owners uint64 // sticky: who publishes what
+	// inputs: what a sticky placement is built from besides the
+	// participants, the weights and who publishes them.
+	var inputs uint64
 	if bounded {
 		u, digest, departedOnly = c.weigher.union(sets)
-		key += fmt.Sprintf("\xff%016x", digest)
 		if sticky = placesSticky(peers); sticky {
 			key += "\xffsticky"
-			owners = setsDigest(sets)
+			inputs = digest ^ setsDigest(sets)*0x9e3779b97f4a7c15
+		} else {
+			key += fmt.Sprintf("\xff%016x", digest) // as older versions do, at once
 		}
 	}
 	c.mu.Lock()
 	full := c.publishDue
 	c.publishDue = false
-	if key == c.ringKey && !c.ownersDueLocked(owners, sets) {
+	if key == c.ringKey && !c.inputsDueLocked(inputs, sets) {
 		r := c.ring
 		c.mu.Unlock()
 		c.notify() // a peer's watermarks may have moved: the gate may answer anew
@@ -671,7 +678,7 @@ func (c *Coordinator) updateOnce() bool {
 	view := scrape.View{Placement: r, Self: c.opts.NodeName, ReplicationFactor: c.opts.ReplicationFactor,
 		Participant: participant, KubeNodes: kube, PlaceBy: placeBy}
 	same := c.viewGen != 0 && sameView(c.view, view)
-	c.ring, c.ringKey, c.ringOwners, c.ringSets, c.ownersSince = r, key, owners, sets, time.Time{}
+	c.ring, c.ringKey, c.ringInputs, c.ringSets, c.inputsSince = r, key, inputs, sets, time.Time{}
 	c.view = view
 	if !same {
 		c.viewGen++
@@ -681,53 +688,55 @@ func (c *Coordinator) updateOnce() bool {
 	return c.publishWeights(r, u, sets, full)
 }
 
-// ownersQuiet and ownersWait bound how long a change in who publishes
-// weights waits before the sticky placement is built again: see
-// ownersDueLocked.
+// inputsQuiet and inputsWait bound how long a change of the weights or of
+// who publishes them waits before the sticky placement is built again: see
+// inputsDueLocked.
 const (
-	ownersQuiet = 500 * time.Millisecond
-	ownersWait  = 5 * time.Second
+	inputsQuiet = 500 * time.Millisecond
+	inputsWait  = 5 * time.Second
 )
 
-// ownersDueLocked reports whether a sticky placement must be built again
-// now although its participants and weights are the same: the publishers
-// (owners) changed, and have been quiet for ownersQuiet since their last
-// change, or have kept changing for ownersWait, or a publication
-// contradicts this node's placement. After a view change every node that
-// gains targets publishes their weights and every node that lost them
-// stops: one publication per node, arriving one after another. Built from
-// each, a placement usually comes out the same (placed again from its own
-// owners, a sticky placement is a fixed point) and, in between, may move
-// targets back and forth; every node places every target each time.
-// Waiting for the publications to settle builds once from where they end.
-// A node that adopts a target this node places elsewhere, or drops one
-// this node places on it, placed differently: then the placements differ
-// and their gained targets wait (Contested), so that is built at once.
-func (c *Coordinator) ownersDueLocked(owners uint64, sets map[string]cluster.NodeWeights) bool {
-	if owners == c.ringOwners {
-		c.ownersSince = time.Time{}
+// inputsDueLocked reports whether a sticky placement must be built again
+// now although its participants are the same: the weights or their
+// publishers (inputs) changed, and have been quiet for inputsQuiet since
+// their last change, or have kept changing for inputsWait, or a
+// publication contradicts this node's placement. Publications come in
+// bursts, one per node, arriving one after another: every node publishes
+// its weights at the same multiple of the period, and after a view change
+// every node that gained targets adopts their weights and every node that
+// lost them stops. Built from each, every node placed every target once
+// per publication, and the half-published states in between could move
+// targets back and forth (placed again from its own owners, a sticky
+// placement is a fixed point: adoptions alone change nothing). Waiting
+// for the burst to settle builds once from where it ends. A node that
+// adopts a target this node places elsewhere, or drops one this node
+// places on it, placed differently: then their gained targets wait
+// (Contested) until the two agree, so that is built at once.
+func (c *Coordinator) inputsDueLocked(inputs uint64, sets map[string]cluster.NodeWeights) bool {
+	if inputs == c.ringInputs {
+		c.inputsSince = time.Time{}
 		return false
 	}
 	if !publicationsFollow(c.ring, c.ringSets, sets) {
 		return true
 	}
 	now := c.now()
-	if owners != c.ownersSeen || c.ownersSince.IsZero() {
-		c.ownersSeen, c.ownersChanged = owners, now
-		if c.ownersSince.IsZero() {
-			c.ownersSince = now
+	if inputs != c.inputsSeen || c.inputsSince.IsZero() {
+		c.inputsSeen, c.inputsChanged = inputs, now
+		if c.inputsSince.IsZero() {
+			c.inputsSince = now
 		}
 	}
-	return !now.Before(c.ownersDueAtLocked())
+	return !now.Before(c.inputsDueAtLocked())
 }
 
-// ownersDueAtLocked is when a pending change of publishers is built
-// (zero: none pending).
-func (c *Coordinator) ownersDueAtLocked() time.Time {
-	if c.ownersSince.IsZero() {
+// inputsDueAtLocked is when a pending change of inputs is built (zero:
+// none pending).
+func (c *Coordinator) inputsDueAtLocked() time.Time {
+	if c.inputsSince.IsZero() {
 		return time.Time{}
 	}
-	quiet, wait := c.ownersChanged.Add(ownersQuiet), c.ownersSince.Add(ownersWait)
+	quiet, wait := c.inputsChanged.Add(inputsQuiet), c.inputsSince.Add(inputsWait)
 	if wait.Before(quiet) {
 		return wait
 	}
@@ -779,6 +788,18 @@ func sameView(a, b scrape.View) bool {
 func (c *Coordinator) publishWeights(r scrape.Placement, u map[uint64]float64, sets map[string]cluster.NodeWeights, full bool) bool {
 	if _, ok := r.(*bounded); c.weigher == nil || !ok {
 		return false // ModeRing, or the cluster places on the ring (boundedAgreed)
+	}
+	// Between full publications, what this node publishes follows the
+	// placement and the sets alone: every membership event asks again
+	// (watermarks move all through a hand-off), and going over every
+	// target each time cost more than placing them.
+	sd := setsDigest(sets)
+	c.mu.Lock()
+	same := !full && r == c.pubRing && sd == c.pubSets
+	c.pubRing, c.pubSets = r, sd
+	c.mu.Unlock()
+	if same {
+		return false
 	}
 	mine := c.weigher.publish(r, c.opts.NodeName, u, publishedByOthers(sets, c.opts.NodeName), full)
 	// The first publication goes out even empty: it replaces what peers
@@ -1268,7 +1289,7 @@ func (c *Coordinator) nextWake() time.Duration {
 	if t := c.configWakeLocked(c.now()); t > 0 && (d == 0 || t < d) {
 		d = t
 	}
-	if at := c.ownersDueAtLocked(); !at.IsZero() {
+	if at := c.inputsDueAtLocked(); !at.IsZero() {
 		if t := max(at.Sub(c.now()), time.Millisecond); d == 0 || t < d {
 			d = t
 		}

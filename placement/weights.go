@@ -119,6 +119,19 @@ type weigher struct {
 	seen     map[string]cluster.NodeWeights
 	departed map[string]departedSet // by name + "\xff" + incarnation
 	placed   map[uint64]float64     // the union last placed
+	last     unionResult            // union's last answer
+}
+
+// unionResult is an answer of union, valid while the sets it came from
+// (setsDigest) are the same and no departed set in it has expired: every
+// membership event asks, and most change neither.
+type unionResult struct {
+	ok           bool
+	sets         uint64
+	expires      time.Time // the first departed set's end (zero: none)
+	u            map[uint64]float64
+	digest       uint64
+	departedOnly []uint64
 }
 
 func newWeigher(p ring.WeightPolicy, period time.Duration, now func() time.Time) *weigher {
@@ -178,8 +191,23 @@ const adoptedStale = 10 * time.Minute
 // sets publish (no alive owner).
 func (w *weigher) union(sets map[string]cluster.NodeWeights) (u map[uint64]float64, d uint64, departedOnly []uint64) {
 	now := w.now()
+	sd := setsDigest(sets)
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if l := w.last; l.ok && l.sets == sd && (l.expires.IsZero() || now.Before(l.expires)) {
+		return l.u, l.digest, l.departedOnly // the callers only read u
+	}
+	u, d, departedOnly = w.unionLocked(sets, now)
+	w.last = unionResult{ok: true, sets: sd, u: u, digest: d, departedOnly: departedOnly}
+	for _, dep := range w.departed {
+		if w.last.expires.IsZero() || dep.until.Before(w.last.expires) {
+			w.last.expires = dep.until
+		}
+	}
+	return u, d, departedOnly
+}
+
+func (w *weigher) unionLocked(sets map[string]cluster.NodeWeights, now time.Time) (u map[uint64]float64, d uint64, departedOnly []uint64) {
 	for name, old := range w.seen {
 		if cur, ok := sets[name]; ok && cur.Incarnation == old.Incarnation {
 			continue
