@@ -28,10 +28,10 @@ const (
 )
 
 // DefaultMode is --cluster.placement's default, the one place it is
-// written. It stays the plain ring: under bounded loads a scale-in
-// hand-over during a receiver outage still failed once, and 50 replicas
-// on two cores cost far more CPU per view change (docs/DESIGN.md,
-// Placement, "Default, and why it is still ring").
+// written. It stays the plain ring: at 50 replicas on two shared cores a
+// rolling restart under bounded loads degrades into holds of minutes
+// (docs/DESIGN.md, Placement, "Default, and why it is still ring";
+// docs/SCALE.md, "Bounded loads at 50 replicas").
 const DefaultMode = ModeRing
 
 // Modes lists the placement modes, the default first.
