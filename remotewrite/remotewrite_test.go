@@ -109,12 +109,14 @@ remote_write:
 	}
 	name := QueueName(cfg.RemoteWriteConfigs[0])
 	url := rcv.srv.URL + "/api/v1/write"
-	if v := tm.metric(t, "prometheus_remote_storage_samples_total", "remote_name", name, "url", url); v != float64(want) {
-		t.Fatalf("samples_total = %v, want %d", v, want)
-	}
-	if v := tm.metric(t, "prometheus_remote_storage_queue_highest_sent_timestamp_seconds", "remote_name", name); v != float64(last)/1000 {
-		t.Fatalf("highest sent = %v, want %v", v, float64(last)/1000)
-	}
+	// The queue counts a request once its answer is back, which may be
+	// after the receiver has counted its samples.
+	waitFor(t, "samples_total of every sample", func() bool {
+		return tm.metric(t, "prometheus_remote_storage_samples_total", "remote_name", name, "url", url) == float64(want)
+	})
+	waitFor(t, "highest sent timestamp of the last sample", func() bool {
+		return tm.metric(t, "prometheus_remote_storage_queue_highest_sent_timestamp_seconds", "remote_name", name) == float64(last)/1000
+	})
 	if v := tm.metric(t, "prometheus_remote_storage_highest_timestamp_in_seconds"); v != float64(last)/1000 {
 		t.Fatalf("highest read = %v, want %v", v, float64(last)/1000)
 	}
