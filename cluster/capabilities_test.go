@@ -37,3 +37,26 @@ func TestCapabilitiesInMetadataAndSelf(t *testing.T) {
 		t.Fatalf("older metadata reads capabilities %b", p.Capabilities)
 	}
 }
+
+// A node's own start time is the one its peers read from its metadata: a
+// hold carried with a backlog to this node compares the start time the
+// leaver saw with this node's Self, and a finer Self read as "restarted",
+// which let the hold go before this node's samples were acknowledged.
+func TestSelfStartTimeIsWhatPeersRead(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.NodeName, cfg.ListenAddr = "n1", "127.0.0.1:0"
+	n, err := New(cfg, nil, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.mu.Lock()
+	b := n.metaLocked()
+	n.mu.Unlock()
+	m, st, err := decodeMeta(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if self, peer := n.Self().StartTime, peerFrom("n1", "a:1", m, st).StartTime; !self.Equal(peer) {
+		t.Fatalf("Self().StartTime = %v, peers read %v", self, peer)
+	}
+}

@@ -159,11 +159,13 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Node, err
 		logger = slog.New(slog.DiscardHandler)
 	}
 	n := &Node{
-		cfg:         cfg,
-		logger:      logger,
-		listenIP:    listenIP,
-		listenPort:  listenPort,
-		startTime:   time.Now(),
+		cfg:        cfg,
+		logger:     logger,
+		listenIP:   listenIP,
+		listenPort: listenPort,
+		// As the metadata carries it (milliseconds), so that this node's
+		// Self and its peers' view of it name the same life.
+		startTime:   time.UnixMilli(time.Now().UnixMilli()),
 		state:       Viewer,
 		peers:       map[string]Peer{},
 		weights:     map[string]NodeWeights{},
