@@ -19,17 +19,10 @@ func TestCapabilitiesInMetadataAndSelf(t *testing.T) {
 	if got := n.Self().Capabilities; got != 0b101 {
 		t.Fatalf("Self().Capabilities = %b, want 101", got)
 	}
-	n.mu.Lock()
-	b := n.metaLocked()
-	n.mu.Unlock()
-	m, st, err := decodeMeta(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if p := peerFrom("n1", "a:1", m, st); p.Capabilities != 0b101 {
+	if p := asPeer(t, n); p.Capabilities != 0b101 {
 		t.Fatalf("a peer reads capabilities %b, want 101", p.Capabilities)
 	}
-	m, st, err = decodeMeta([]byte(`{"v":1,"s":"participant","t":1700000000000,"l":12}`))
+	m, st, err := decodeMeta([]byte(`{"v":1,"s":"participant","t":1700000000000,"l":12}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,6 +42,14 @@ func TestSelfStartTimeIsWhatPeersRead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if self, peer := n.Self().StartTime, asPeer(t, n).StartTime; !self.Equal(peer) {
+		t.Fatalf("Self().StartTime = %v, peers read %v", self, peer)
+	}
+}
+
+// asPeer is n as its peers read it from its metadata.
+func asPeer(t *testing.T, n *Node) Peer {
+	t.Helper()
 	n.mu.Lock()
 	b := n.metaLocked()
 	n.mu.Unlock()
@@ -56,7 +57,5 @@ func TestSelfStartTimeIsWhatPeersRead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if self, peer := n.Self().StartTime, peerFrom("n1", "a:1", m, st).StartTime; !self.Equal(peer) {
-		t.Fatalf("Self().StartTime = %v, peers read %v", self, peer)
-	}
+	return peerFrom(n.cfg.NodeName, "a:1", m, st)
 }

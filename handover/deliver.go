@@ -156,9 +156,6 @@ func (s *Service) carryHolds(b Backlog, m placement.HoldQueues, logger *slog.Log
 // those fences then go.
 func (s *Service) setAcked(id string, seq uint64) {
 	s.holdsMu.Lock()
-	if s.acked == nil {
-		s.acked = map[string]uint64{}
-	}
 	old := s.acked[id]
 	if seq == 0 {
 		delete(s.acked, id)

@@ -177,6 +177,7 @@ func New(opts Options, cl Cluster, logger *slog.Logger, reg prometheus.Registere
 		wake:    make(chan struct{}, 1),
 		cfgCh:   make(chan struct{}, 1),
 		leaving: make(chan struct{}),
+		acked:   map[string]uint64{},
 	}
 	if err := s.announce(); err != nil {
 		m.unregister()

@@ -79,9 +79,9 @@ func (ch *CarriedHolds) Step() (holds int) {
 	c := ch.c
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
-	for len(ch.marks) > 0 && ch.q.Acked(ch.marks[0].pos) {
-		ch.acked = ch.marks[0].seq
-		ch.marks = ch.marks[1:]
+	if n := ackedMarks(ch.marks, ch.q); n > 0 {
+		ch.acked = ch.marks[n-1].seq
+		ch.marks = ch.marks[n:]
 	}
 	if len(ch.holds) == 0 {
 		return 0

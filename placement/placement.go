@@ -281,6 +281,15 @@ type fenceMark struct {
 	pos wal.Position
 }
 
+// ackedMarks is how many of marks, oldest first, q has acknowledged.
+func ackedMarks(marks []fenceMark, q interface{ Acked(wal.Position) bool }) int {
+	n := 0
+	for n < len(marks) && q.Acked(marks[n].pos) {
+		n++
+	}
+	return n
+}
+
 type hold struct {
 	pos        wal.Position // where the queues stop
 	start, due time.Time
@@ -640,8 +649,10 @@ func (c *Coordinator) updateOnce() bool {
 		departedOnly    []uint64
 		bounded, sticky bool
 	)
+	var setsID uint64 // setsDigest(sets): who published which version
 	if c.weigher != nil {
 		sets = c.cl.Weights()
+		setsID = setsDigest(sets)
 		bounded = c.boundedAgreed(peers, sets)
 	}
 	key += fmt.Sprintf("\xffbounded=%v", bounded)
@@ -649,10 +660,10 @@ func (c *Coordinator) updateOnce() bool {
 	// participants, the weights and who publishes them.
 	var inputs uint64
 	if bounded {
-		u, digest, departedOnly = c.weigher.union(sets)
+		u, digest, departedOnly = c.weigher.union(sets, setsID)
 		if sticky = placesSticky(peers); sticky {
 			key += "\xffsticky"
-			inputs = digest ^ setsDigest(sets)*0x9e3779b97f4a7c15
+			inputs = digest ^ setsID*0x9e3779b97f4a7c15
 		} else {
 			key += fmt.Sprintf("\xff%016x", digest) // as older versions do, at once
 		}
@@ -664,7 +675,7 @@ func (c *Coordinator) updateOnce() bool {
 		r := c.ring
 		c.mu.Unlock()
 		c.notify() // a peer's watermarks may have moved: the gate may answer anew
-		return c.publishWeights(r, u, sets, full)
+		return c.publishWeights(r, u, sets, setsID, full)
 	}
 	var r scrape.Placement
 	if bounded {
@@ -685,7 +696,7 @@ func (c *Coordinator) updateOnce() bool {
 	}
 	c.mu.Unlock()
 	c.notify() // unchanged, the gate may still answer anew
-	return c.publishWeights(r, u, sets, full)
+	return c.publishWeights(r, u, sets, setsID, full)
 }
 
 // inputsQuiet and inputsWait bound how long a change of the weights or of
@@ -785,7 +796,7 @@ func sameView(a, b scrape.View) bool {
 
 // publishWeights publishes this node's weights under placement r, built
 // from the union u of sets; it reports whether they changed.
-func (c *Coordinator) publishWeights(r scrape.Placement, u map[uint64]float64, sets map[string]cluster.NodeWeights, full bool) bool {
+func (c *Coordinator) publishWeights(r scrape.Placement, u map[uint64]float64, sets map[string]cluster.NodeWeights, setsID uint64, full bool) bool {
 	if _, ok := r.(*bounded); c.weigher == nil || !ok {
 		return false // ModeRing, or the cluster places on the ring (boundedAgreed)
 	}
@@ -793,10 +804,9 @@ func (c *Coordinator) publishWeights(r scrape.Placement, u map[uint64]float64, s
 	// placement and the sets alone: every membership event asks again
 	// (watermarks move all through a hand-off), and going over every
 	// target each time cost more than placing them.
-	sd := setsDigest(sets)
 	c.mu.Lock()
-	same := !full && r == c.pubRing && sd == c.pubSets
-	c.pubRing, c.pubSets = r, sd
+	same := !full && r == c.pubRing && setsID == c.pubSets
+	c.pubRing, c.pubSets = r, setsID
 	c.mu.Unlock()
 	if same {
 		return false
@@ -1253,9 +1263,9 @@ func (c *Coordinator) endHolds(long, done, expired []*hold, peers map[string]clu
 func (c *Coordinator) PublishAcked() (holds int) {
 	c.mu.Lock()
 	moved := false
-	for len(c.pending) > 0 && c.remote.Acked(c.pending[0].pos) {
-		c.ackedSeq = c.pending[0].seq
-		c.pending = c.pending[1:]
+	if n := ackedMarks(c.pending, c.remote); n > 0 {
+		c.ackedSeq = c.pending[n-1].seq
+		c.pending = c.pending[n:]
 		moved = true
 	}
 	wm := c.watermarksLocked()

@@ -188,10 +188,9 @@ const adoptedStale = 10 * time.Minute
 // key published twice (an old owner that has not dropped it yet) keeps its
 // largest weight, as ring.NewBounded does, so the order of arrival never
 // matters. It returns the union, its digest, and the keys only departed
-// sets publish (no alive owner).
-func (w *weigher) union(sets map[string]cluster.NodeWeights) (u map[uint64]float64, d uint64, departedOnly []uint64) {
+// sets publish (no alive owner). sd is setsDigest(sets).
+func (w *weigher) union(sets map[string]cluster.NodeWeights, sd uint64) (u map[uint64]float64, d uint64, departedOnly []uint64) {
 	now := w.now()
-	sd := setsDigest(sets)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if l := w.last; l.ok && l.sets == sd && (l.expires.IsZero() || now.Before(l.expires)) {
