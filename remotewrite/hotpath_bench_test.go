@@ -60,21 +60,28 @@ func (*discardClient) Name() string     { return "discard" }
 func (*discardClient) Endpoint() string { return "http://discard.invalid/" }
 
 // benchQueue is a queue with n series cached and its journal open in a
-// temporary directory, as in a running agent.
+// temporary directory, as in a running agent, with one external label.
 func benchQueue(b testing.TB, n int, protobufMessage string) (*queue, *discardClient) {
+	return benchQueueWith(b, n, protobufMessage, labels.FromStrings("cluster", "bench-eu-1"), nil)
+}
+
+// benchQueueWith is benchQueue with the given external labels, sharing the
+// label sets of src when it is not nil.
+func benchQueueWith(b testing.TB, n int, protobufMessage string, external labels.Labels, src SeriesLabels) (*queue, *discardClient) {
 	b.Helper()
 	yml := "remote_write:\n  - url: http://discard.invalid/write\n    name: bench\n"
 	if protobufMessage != "" {
 		yml += "    protobuf_message: " + protobufMessage + "\n"
 	}
 	cfg := loadConfig(b, yml)
-	sp, err := newSpec(cfg.RemoteWriteConfigs[0], labels.FromStrings("cluster", "bench-eu-1"))
+	sp, err := newSpec(cfg.RemoteWriteConfigs[0], external)
 	if err != nil {
 		b.Fatal(err)
 	}
 	dir := b.TempDir()
 	c := &discardClient{}
 	q := newQueue(sp, dir+"/wal", dir, c, unregisteredMetrics(), slog.New(slog.DiscardHandler))
+	q.walSeries = src
 	if err := q.journal.open(position{}, 0, false, 1); err != nil {
 		b.Fatal(err)
 	}
@@ -94,6 +101,25 @@ func benchQueue(b testing.TB, n int, protobufMessage string) (*queue, *discardCl
 		q.storeSeries(got, 1)
 	}
 	return q, c
+}
+
+// walLabels stands for the WAL's in-memory series: the label sets of refs
+// 1 to n, as the appender created them.
+type walLabels []labels.Labels
+
+func newWALLabels(n int) walLabels {
+	w := make(walLabels, n+1)
+	for i := range n {
+		w[i+1] = benchLabels(i)
+	}
+	return w
+}
+
+func (w walLabels) SeriesLabels(ref chunks.HeadSeriesRef) (labels.Labels, bool) {
+	if ref == 0 || int(ref) >= len(w) {
+		return labels.EmptyLabels(), false
+	}
+	return w[ref], true
 }
 
 // BenchmarkDecodeSamples is reading one samples record (a target's scrape
@@ -130,14 +156,16 @@ func BenchmarkSendRequest(b *testing.B) {
 	for _, pm := range []string{"prometheus.WriteRequest", "io.prometheus.write.v2.Request"} {
 		b.Run(pm, func(b *testing.B) {
 			const n = 2000
-			q, c := benchQueue(b, n, pm)
+			// As in the agent: the WAL's label sets, the external label added
+			// by the encoder.
+			q, c := benchQueueWith(b, n, pm, labels.FromStrings("cluster", "bench-eu-1"), newWALLabels(n))
 			items := make([]item, n)
 			for i := range items {
 				ref := chunks.HeadSeriesRef(i + 1)
 				lbls, _ := q.lookup(ref, func(string) { b.Fatal("unknown series") })
 				items[i] = item{ref: ref, kind: kindSample, t: 1_700_000_000_000 + int64(i), v: float64(i), lbls: lbls}
 			}
-			sb := newShardBuffers()
+			sb := q.newShardBuffers()
 			ctx := context.Background()
 			b.ReportAllocs()
 			cpu0 := cpuTime(b)
@@ -153,25 +181,43 @@ func BenchmarkSendRequest(b *testing.B) {
 }
 
 // BenchmarkSeriesCacheMemory is what a queue keeps per cached series: heap
-// in use after storing 100k series records (external label added), minus
-// before, per series. The decoded WAL labels are garbage afterwards, as in
-// a running queue.
+// in use after storing 100k series records, minus before, per series. The
+// decoded WAL labels are garbage afterwards, as in a running queue. The
+// WAL's own label sets exist before the first reading, as in the agent,
+// where the scrape loops and the WAL hold them anyway: labels=copied is a
+// queue with a copy of its own (no WAL to share), labels=shared one that
+// keeps the WAL's.
 func BenchmarkSeriesCacheMemory(b *testing.B) {
 	const n = 100_000
-	for b.Loop() {
-		b.StopTimer()
-		before := heapInUse()
-		b.StartTimer()
-		q, _ := benchQueue(b, n, "")
-		b.StopTimer()
-		after := heapInUse()
-		if q.series.len() != n {
-			b.Fatalf("%d series cached, want %d", q.series.len(), n)
-		}
-		b.ReportMetric(float64(int64(after)-int64(before))/n, "B/series")
-		runtime.KeepAlive(q)
-		b.StartTimer()
+	wal := newWALLabels(n)
+	for _, bc := range []struct {
+		name     string
+		external labels.Labels
+		src      SeriesLabels
+	}{
+		{"external=cluster/labels=copied", labels.FromStrings("cluster", "bench-eu-1"), nil},
+		{"external=cluster/labels=shared", labels.FromStrings("cluster", "bench-eu-1"), wal},
+		{"external=none/labels=copied", labels.EmptyLabels(), nil},
+		{"external=none/labels=shared", labels.EmptyLabels(), wal},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			for b.Loop() {
+				b.StopTimer()
+				before := heapInUse()
+				b.StartTimer()
+				q, _ := benchQueueWith(b, n, "", bc.external, bc.src)
+				b.StopTimer()
+				after := heapInUse()
+				if q.series.len() != n {
+					b.Fatalf("%d series cached, want %d", q.series.len(), n)
+				}
+				b.ReportMetric(float64(int64(after)-int64(before))/n, "B/series")
+				runtime.KeepAlive(q)
+				b.StartTimer()
+			}
+		})
 	}
+	runtime.KeepAlive(wal)
 }
 
 // benchQueueT is benchQueue for a test: one series cached.

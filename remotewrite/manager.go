@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/prometheus/config"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/storage/remote"
+	"github.com/prometheus/prometheus/tsdb/chunks"
 )
 
 // ReloadFlushDeadline bounds how long ApplyConfig lets a removed or changed
@@ -58,6 +59,8 @@ type Manager struct {
 	handoff handoff
 	// separateBy is the label whose values never share a request (SeparateBy).
 	separateBy string
+	// walSeries lends queues the WAL's label sets (ShareSeries); nil for none.
+	walSeries SeriesLabels
 }
 
 // SeparateBy makes every request carry series of one value of the label
@@ -70,6 +73,23 @@ func (m *Manager) SeparateBy(label string) {
 	m.mtx.Lock()
 	defer m.mtx.Unlock()
 	m.separateBy = label
+}
+
+// SeriesLabels is the WAL's in-memory series index. A queue asks it for a
+// new series' labels and, where its final labels are the same, keeps the
+// WAL's label set instead of a copy: one label set per series in the
+// process however many queues send it.
+type SeriesLabels interface {
+	SeriesLabels(ref chunks.HeadSeriesRef) (labels.Labels, bool)
+}
+
+// ShareSeries makes queues created from now on share the label sets of
+// src. Call it before the first ApplyConfig; without it (and for a series
+// src no longer holds) each queue keeps its own copy.
+func (m *Manager) ShareSeries(src SeriesLabels) {
+	m.mtx.Lock()
+	defer m.mtx.Unlock()
+	m.walSeries = src
 }
 
 // NewManager returns a Manager for the WAL in walDir that keeps progress files
@@ -152,6 +172,7 @@ func newSpec(rw *config.RemoteWriteConfig, external labels.Labels) (*spec, error
 		sendMetadata:   rw.MetadataConfig.Send,
 		v2:             rw.ProtobufMessage == remoteapi.WriteV2MessageType,
 		externalLabels: external,
+		external:       nonEmpty(external),
 		relabel:        rw.WriteRelabelConfigs,
 	}
 	if s.maxPerSend <= 0 {
@@ -327,6 +348,7 @@ func (m *Manager) ApplyConfigWithOptions(cfg *config.Config, opts map[string]Que
 		}
 		q := newQueue(specs[name], m.walDir, m.progressDir, clients[name], m.metrics, m.logger)
 		q.handoff = &m.handoff
+		q.walSeries = m.walSeries
 		m.queues[name] = q
 		created = append(created, q)
 	}

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/prompb"
 	"github.com/prometheus/prometheus/tsdb/chunks"
 	"github.com/prometheus/prometheus/util/compression"
@@ -42,10 +43,23 @@ type shardBuffers struct {
 	proto []byte
 	comp  compression.EncodeBuffer
 	v2    *v2Buffers // Remote-Write 2.0, created on first use
+
+	// external is the labels the encoders add to every series that lacks
+	// them: the queue's external labels where its cache has none.
+	external []labels.Label
 }
 
 func newShardBuffers() *shardBuffers {
 	return &shardBuffers{index: map[chunks.HeadSeriesRef]int32{}, comp: compression.NewSyncEncodeBuffer()}
+}
+
+// newShardBuffers returns buffers that encode this queue's series.
+func (q *queue) newShardBuffers() *shardBuffers {
+	b := newShardBuffers()
+	if q.encodeExternal() {
+		b.external = q.s.external
+	}
+	return b
 }
 
 // sendChunk spreads c over n shards by series ref (so that each series stays
@@ -56,7 +70,7 @@ func newShardBuffers() *shardBuffers {
 // acknowledged or dropped.
 func (q *queue) sendChunk(ctx context.Context, c *chunk, n int) (ok, retried bool) {
 	for len(q.shardBufs) < max(n, 1) {
-		q.shardBufs = append(q.shardBufs, newShardBuffers())
+		q.shardBufs = append(q.shardBufs, q.newShardBuffers())
 	}
 	if ok, retried = q.sendUncertain(ctx, c); !ok {
 		return false, retried
@@ -153,7 +167,7 @@ func (q *queue) runShard(ctx context.Context, b *shardBuffers, md []prompb.Metri
 		// Group by the label's value; stable, so each series (which has one
 		// value) keeps its order.
 		slices.SortStableFunc(items, func(a, b item) int {
-			return strings.Compare(a.lbls.Get(sep), b.lbls.Get(sep))
+			return strings.Compare(q.labelValue(&a, sep), q.labelValue(&b, sep))
 		})
 	}
 	for len(items) > 0 || len(md) > 0 {
@@ -162,7 +176,7 @@ func (q *queue) runShard(ctx context.Context, b *shardBuffers, md []prompb.Metri
 		case resend:
 			k = len(items) // one original request: never split what was one
 		case sep != "" && k > 0:
-			k = sameValueRun(items[:k], sep)
+			k = q.sameValueRun(items[:k], sep)
 		}
 		ok, r := q.send(ctx, b, items[:k], md, end, resend)
 		items, md = items[k:], nil
@@ -175,14 +189,22 @@ func (q *queue) runShard(ctx context.Context, b *shardBuffers, md []prompb.Metri
 }
 
 // sameValueRun is how many leading items have the first item's value of label.
-func sameValueRun(items []item, label string) int {
-	v := items[0].lbls.Get(label)
+func (q *queue) sameValueRun(items []item, label string) int {
+	v := q.labelValue(&items[0], label)
 	for i := 1; i < len(items); i++ {
-		if items[i].lbls.Get(label) != v {
+		if q.labelValue(&items[i], label) != v {
 			return i
 		}
 	}
 	return len(items)
+}
+
+// labelValue is the value of label in the labels it is sent with.
+func (q *queue) labelValue(it *item, label string) string {
+	if v := it.lbls.Get(label); v != "" || !q.encodeExternal() {
+		return v
+	}
+	return q.s.externalLabels.Get(label)
 }
 
 // build prepares a Remote-Write 1.0 request of items (grouped by series:

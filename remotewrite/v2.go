@@ -2,6 +2,7 @@ package remotewrite
 
 import (
 	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/labels"
 	writev2 "github.com/prometheus/prometheus/prompb/io/prometheus/write/v2"
 	"github.com/prometheus/prometheus/storage/remote"
 	"github.com/prometheus/prometheus/tsdb/record"
@@ -59,7 +60,11 @@ func (b *shardBuffers) buildV2(items []item) counts {
 		idx := b.order[s.start : s.start+s.n]
 		ts := &all[k]
 		first := &items[idx[0]]
-		ts.LabelsRefs = v.symbols.SymbolizeLabels(first.lbls, ts.LabelsRefs[:0])
+		refs := ts.LabelsRefs[:0]
+		withExternal(first.lbls, b.external, func(l labels.Label) {
+			refs = append(refs, v.symbols.Symbolize(l.Name), v.symbols.Symbolize(l.Value))
+		})
+		ts.LabelsRefs = refs
 		ts.Samples = ts.Samples[:0]
 		clear(ts.Histograms)
 		ts.Histograms = ts.Histograms[:0]

@@ -2,6 +2,7 @@ package wal
 
 import (
 	"testing"
+	"unsafe"
 
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/tsdb/chunks"
@@ -71,5 +72,36 @@ func TestStripeSeriesHashCollisions(t *testing.T) {
 	}
 	if count() != 0 || len(s.hashes[hash&s.mask].m) != 0 {
 		t.Errorf("after removing all: %d series, stripe map holds %d hashes", count(), len(s.hashes[hash&s.mask].m))
+	}
+}
+
+// SeriesLabels answers with the label set a series was appended with, the
+// same memory (what lets a remote-write queue keep no copy), also after a
+// replay, and nothing for a ref the WAL does not hold.
+func TestSeriesLabelsAreTheAppendedLabelSet(t *testing.T) {
+	dir := t.TempDir()
+	w := openTest(t, dir, DefaultOptions(), nil)
+	series := makeSeries(3, "up")
+	refs := appendFloats(t, w.Storage, series, w.clock.Ms(), 1)
+	for i, ref := range refs {
+		got, ok := w.SeriesLabels(chunks.HeadSeriesRef(ref))
+		if !ok || !labels.Equal(got, series[i]) {
+			t.Fatalf("series %d: %s (found %v), want %s", ref, got, ok, series[i])
+		}
+		if *(*unsafe.Pointer)(unsafe.Pointer(&got)) != *(*unsafe.Pointer)(unsafe.Pointer(&series[i])) {
+			t.Errorf("series %d: a copy of the appended label set, want the same", ref)
+		}
+	}
+	if got, ok := w.SeriesLabels(chunks.HeadSeriesRef(refs[2] + 1)); ok {
+		t.Errorf("unknown ref answered %s", got)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	w = openTest(t, dir, DefaultOptions(), nil)
+	for i, ref := range refs {
+		if got, ok := w.SeriesLabels(chunks.HeadSeriesRef(ref)); !ok || !labels.Equal(got, series[i]) {
+			t.Errorf("after replay, series %d: %s (found %v), want %s", ref, got, ok, series[i])
+		}
 	}
 }

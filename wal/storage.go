@@ -165,6 +165,16 @@ func (s *Storage) logLocked(recs [][]byte, done chan error) error {
 	return <-done
 }
 
+// SeriesLabels returns the labels of series ref while the WAL holds it in
+// memory. A remote-write queue keeps this label set instead of a copy of
+// its own (label sets are immutable, so sharing one is safe).
+func (s *Storage) SeriesLabels(ref chunks.HeadSeriesRef) (labels.Labels, bool) {
+	if ms := s.series.getByRef(ref); ms != nil {
+		return ms.lset, true
+	}
+	return labels.EmptyLabels(), false
+}
+
 // Dir returns the WAL directory (the one given to Open).
 func (s *Storage) Dir() string { return s.dir }
 

@@ -1,0 +1,223 @@
+package remotewrite
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"testing"
+	"unsafe"
+
+	"github.com/golang/snappy"
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/model/relabel"
+	writev2 "github.com/prometheus/prometheus/prompb/io/prometheus/write/v2"
+	"github.com/prometheus/prometheus/storage/remote"
+	"github.com/prometheus/prometheus/tsdb/chunks"
+	"github.com/prometheus/prometheus/tsdb/record"
+)
+
+// captureClient keeps the raw body of every request it acknowledges.
+type captureClient struct{ bodies [][]byte }
+
+func (c *captureClient) Store(_ context.Context, raw []byte, _ int) (remote.WriteResponseStats, error) {
+	c.bodies = append(c.bodies, bytes.Clone(raw))
+	return remote.WriteResponseStats{}, nil
+}
+func (*captureClient) Name() string     { return "capture" }
+func (*captureClient) Endpoint() string { return "http://capture.invalid/" }
+
+// labelData is where a label set's bytes are: equal for two label sets
+// that share their memory. Every labels implementation keeps its data
+// pointer in its first word.
+func labelData(l labels.Labels) unsafe.Pointer { return *(*unsafe.Pointer)(unsafe.Pointer(&l)) }
+
+// sharingQueue is a queue of the remote_write entry yml (under a
+// remote_write: list) with the given external labels, which shares the
+// label sets of src when it is not nil, and has cached the series of wal.
+func sharingQueue(t *testing.T, yml string, external labels.Labels, src walLabels, share bool) (*queue, *captureClient) {
+	t.Helper()
+	cfg := loadConfig(t, "remote_write:\n"+yml)
+	sp, err := newSpec(cfg.RemoteWriteConfigs[0], external)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	c := &captureClient{}
+	q := newQueue(sp, dir+"/wal", dir, c, unregisteredMetrics(), slog.New(slog.DiscardHandler))
+	if share {
+		q.walSeries = src
+	}
+	if err := q.journal.open(position{}, 0, false, 1); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(q.journal.close)
+	var s []record.RefSeries
+	for ref := 1; ref < len(src); ref++ {
+		s = append(s, record.RefSeries{Ref: chunks.HeadSeriesRef(ref), Labels: src[ref]})
+	}
+	var enc record.Encoder
+	var dec record.Decoder
+	got, err := dec.Series(enc.Series(s, nil), nil) // a copy, as read from the WAL
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.storeSeries(got, 1)
+	return q, c
+}
+
+// sendAll sends a sample of every cached series and a histogram of the
+// first, and returns the request bodies.
+func sendAll(t *testing.T, q *queue, c *captureClient, n int) [][]byte {
+	t.Helper()
+	var items []item
+	fail := func(r string) { t.Fatalf("series dropped: %s", r) }
+	for ref := 1; ref <= n; ref++ {
+		lbls, ok := q.lookup(chunks.HeadSeriesRef(ref), fail)
+		if !ok {
+			continue
+		}
+		items = append(items, item{ref: chunks.HeadSeriesRef(ref), kind: kindSample, t: int64(ref), v: float64(ref), lbls: lbls})
+	}
+	lbls, _ := q.lookup(1, fail)
+	items = append(items, item{ref: 1, kind: kindHistogram, t: 100, x: &itemExtra{h: testHistogram(1)}, lbls: lbls})
+	b := q.newShardBuffers()
+	if ok, _ := q.send(context.Background(), b, items, nil, position{Segment: 1}, false); !ok {
+		t.Fatal("not sent")
+	}
+	return c.bodies
+}
+
+// sentLabels decodes the label sets of every series of a request body.
+func sentLabels(t *testing.T, raw []byte, v2 bool) []labels.Labels {
+	t.Helper()
+	var out []labels.Labels
+	var sb labels.ScratchBuilder
+	if !v2 {
+		for _, ts := range decodeV1(t, raw).Timeseries {
+			out = append(out, ts.ToLabels(&sb, nil))
+		}
+		return out
+	}
+	plain, err := snappy.Decode(nil, raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var req writev2.Request
+	if err := req.Unmarshal(plain); err != nil {
+		t.Fatal(err)
+	}
+	for _, ts := range req.Timeseries {
+		ls, err := ts.ToLabels(&sb, req.Symbols)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, ls)
+	}
+	return out
+}
+
+// A queue keeps the WAL's own label set of a series instead of a copy
+// wherever it can, and sends what Prometheus sends: the series' labels,
+// the external labels it lacks (its own label wins), then
+// write_relabel_configs. External labels sorting before, between and after
+// the series' own, one the series overrides; Remote-Write 1.0
+// (hand-written and generated encoders) and 2.0. Without relabelling the
+// cache shares every label set, with it only those relabelling left as
+// they were; either way the requests are byte for byte those of a queue
+// that keeps copies.
+func TestSharedLabelSetsAreSentAsCopiedOnes(t *testing.T) {
+	src := walLabels{labels.EmptyLabels()}
+	for i := range 6 {
+		src = append(src, labels.FromStrings("__name__", fmt.Sprintf("m%d", i%2), "instance", fmt.Sprintf("h%d:9100", i), "job", "node"))
+	}
+	relabelDrop := "    write_relabel_configs:\n      - {action: labeldrop, regex: instance}\n"
+	relabelKeep := "    write_relabel_configs:\n      - {action: keep, source_labels: [job], regex: node}\n"
+	for _, tc := range []struct {
+		name     string
+		external labels.Labels
+		relabel  string
+		shared   bool
+	}{
+		{"no external labels", labels.EmptyLabels(), "", true},
+		{"one external label", labels.FromStrings("cluster", "eu-1"), "", true},
+		{"before, between, after and overridden", labels.FromStrings("a", "1", "job", "ext", "k", "2", "zz", "3"), "", true},
+		{"relabelling that changes nothing", labels.EmptyLabels(), relabelKeep, true},
+		{"relabelling that changes the labels", labels.EmptyLabels(), relabelDrop, false},
+		{"relabelling with an external label", labels.FromStrings("cluster", "eu-1"), relabelKeep, false},
+	} {
+		for _, msg := range []string{"prometheus.WriteRequest", "io.prometheus.write.v2.Request"} {
+			t.Run(tc.name+"/"+msg, func(t *testing.T) {
+				yml := "  - url: http://capture.invalid/write\n    name: q\n    protobuf_message: " + msg + "\n" + tc.relabel
+				shared, sc := sharingQueue(t, yml, tc.external, src, true)
+				copied, cc := sharingQueue(t, yml, tc.external, src, false)
+				for ref := 1; ref < len(src); ref++ {
+					e, _ := shared.series.get(chunks.HeadSeriesRef(ref))
+					if got := labelData(e.lbls) == labelData(src[ref]); got != tc.shared {
+						t.Fatalf("series %d: shares the WAL's label set: %v, want %v", ref, got, tc.shared)
+					}
+					if e, _ := copied.series.get(chunks.HeadSeriesRef(ref)); labelData(e.lbls) == labelData(src[ref]) {
+						t.Fatalf("series %d: a queue with no WAL to share shares its label set", ref)
+					}
+				}
+				got, want := sendAll(t, shared, sc, len(src)-1), sendAll(t, copied, cc, len(src)-1)
+				if len(got) != len(want) {
+					t.Fatalf("%d requests, want %d", len(got), len(want))
+				}
+				for i := range got {
+					if !bytes.Equal(got[i], want[i]) {
+						t.Errorf("request %d differs from the one of a queue with copies", i)
+					}
+				}
+				var sent []labels.Labels
+				for _, raw := range got {
+					sent = append(sent, sentLabels(t, raw, msg != "prometheus.WriteRequest")...)
+				}
+				rcfg := loadConfig(t, "remote_write:\n"+yml).RemoteWriteConfigs[0].WriteRelabelConfigs
+				var wantSent []labels.Labels
+				for ref := 1; ref < len(src); ref++ {
+					b := labels.NewBuilder(src[ref])
+					tc.external.Range(func(l labels.Label) {
+						if b.Get(l.Name) == "" {
+							b.Set(l.Name, l.Value)
+						}
+					})
+					if relabel.ProcessBuilder(b, rcfg...) {
+						wantSent = append(wantSent, b.Labels())
+					}
+				}
+				if len(sent) != len(wantSent) {
+					t.Fatalf("sent %d series, want %d", len(sent), len(wantSent))
+				}
+				for i := range sent {
+					if !labels.Equal(sent[i], wantSent[i]) {
+						t.Errorf("sent %s, want %s", sent[i], wantSent[i])
+					}
+				}
+			})
+		}
+	}
+}
+
+// A series the WAL no longer holds in memory (forgotten while the queue was
+// behind) is cached as a copy, and sent with its external labels.
+func TestSeriesGoneFromTheWALIsCopied(t *testing.T) {
+	src := walLabels{labels.EmptyLabels(), labels.FromStrings("__name__", "up", "job", "a")}
+	q, c := sharingQueue(t, "  - url: http://capture.invalid/write\n", labels.FromStrings("cluster", "eu-1"), src, true)
+	q.walSeries = walLabels{labels.EmptyLabels()} // forgotten since
+	var enc record.Encoder
+	var dec record.Decoder
+	got, err := dec.Series(enc.Series([]record.RefSeries{{Ref: 1, Labels: src[1]}}, nil), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.storeSeries(got, 2)
+	if e, _ := q.series.get(1); !labels.Equal(e.lbls, src[1]) || labelData(e.lbls) == labelData(src[1]) {
+		t.Fatalf("cached %s (shared: %v), want a copy of %s", e.lbls, labelData(e.lbls) == labelData(src[1]), src[1])
+	}
+	req := decodeV1(t, sendAll(t, q, c, 1)[0])
+	want := labels.FromStrings("__name__", "up", "cluster", "eu-1", "job", "a")
+	if sent := req.Timeseries[0].ToLabels(&labels.ScratchBuilder{}, nil); !labels.Equal(sent, want) {
+		t.Fatalf("sent %s, want %s", sent, want)
+	}
+}
