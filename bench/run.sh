@@ -2,7 +2,7 @@
 # make bench: builds shoal and the peer agents (Prometheus in agent mode,
 # vmagent) and runs the harness: the idle point, the side by side in 3
 # rounds, a profile of shoal, the memory-growth curve to 1M series, the ring
-# and gossip simulations and the Go micro-benchmarks (about 40 minutes on 2
+# and gossip simulations and the Go micro-benchmarks (about 50 minutes on 2
 # cores; the harness prints its plan first). The results replace the
 # generated sections of docs/BENCHMARKS.md and, after at least 3 rounds,
 # README.md's performance paragraph.

@@ -474,7 +474,7 @@ func ReportIdle(rs []Result, opts Options, m Machine, command string, when time.
 // ReportGrowth renders the memory-growth curve: steady RSS per agent at
 // each point, the average per series, and the marginal bytes per series
 // between neighbouring points.
-func ReportGrowth(points []GrowthPoint, rounds int, warmup, window time.Duration, m Machine, command string, when time.Time) string {
+func ReportGrowth(points []GrowthPoint, warmup, window time.Duration, m Machine, command string, when time.Time) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Measured %s on %s. Command: `%s`\n\n", when.UTC().Format("2006-01-02 15:04 MST"), m, command)
 	if len(points) == 0 {
@@ -482,12 +482,12 @@ func ReportGrowth(points []GrowthPoint, rounds int, warmup, window time.Duration
 	}
 	var desc []string
 	for _, p := range points {
-		desc = append(desc, fmt.Sprintf("%d targets × %d series, scrape interval %s", p.Targets, p.Series/max(p.Targets, 1), p.Interval))
+		desc = append(desc, fmt.Sprintf("%d targets × %d series, scrape interval %s, %d round(s)", p.Targets, p.Series/max(p.Targets, 1), p.Interval, p.Rounds))
 	}
-	fmt.Fprintf(&b, "Points: %s. At each point every agent runs alone, a warm-up of %s (longer, up to `--growth-settle`, until it delivers 90%% of the expected samples over two intervals) then a window of %s, %d round(s) (the median if more), the order of the agents rotating from point to point. "+
+	fmt.Fprintf(&b, "Points: %s. At each point every agent runs alone, a warm-up of %s (longer, up to `--growth-settle`, until it delivers 90%% of the expected samples over two intervals) then a window of %s, per round (the median of the rounds where more than one), the order of the agents rotating from point to point and round to round. "+
 		"The cell is the median steady RSS, then bytes per active series; *marginal* is the RSS added per series added between two points, (RSS₂ − RSS₁) / (series₂ − series₁): "+
 		"the cost of one more series without the fixed part. An agent that delivered less than 95%% of the expected samples at a point is marked ⚠ (its memory then reflects a backlog, not steady state).\n\n",
-		strings.Join(desc, "; "), warmup, window, rounds)
+		strings.Join(desc, "; "), warmup, window)
 	// Agents in the order of the first point.
 	var names []string
 	for _, s := range points[0].Agents {
@@ -634,7 +634,7 @@ func shortFunc(f string) string {
 	return f
 }
 
-// ReportGoals renders issue 15's goals against this run.
+// ReportGoals renders the performance goals against this run.
 func ReportGoals(goals []Goal, m Machine, command string, when time.Time) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Judged %s on %s. Command: `%s`\n\n", when.UTC().Format("2006-01-02 15:04 MST"), m, command)
@@ -731,7 +731,7 @@ func Headline(sums []Summary, su SideSetup, idle []Result, growth []GrowthPoint,
 			met++
 		}
 	}
-	fmt.Fprintf(&b, "\nIssue 15's goals: %d of %d met in this run (%d measured); docs/BENCHMARKS.md (\"Goals\") lists each with its verdict.\n", met, len(goals), measured)
+	fmt.Fprintf(&b, "\nThe performance goals: %d of %d met in this run (%d measured); docs/BENCHMARKS.md (\"Goals\") lists each with its verdict.\n", met, len(goals), measured)
 	return b.String()
 }
 

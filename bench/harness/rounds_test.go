@@ -170,7 +170,7 @@ func TestRatios(t *testing.T) {
 
 func TestEvaluateGoals(t *testing.T) {
 	side := Summarize([][]Result{
-		{res(shoal1, 3, 100)}, {res(shoal3, 3.6, 110)}, {res(prom, 4, 200)}, {res(vm, 3, 50)},
+		{res(shoal1, 3, 100)}, {res(shoal3, 3.6, 250)}, {res(prom, 4, 200)}, {res(vm, 3, 50)},
 	})
 	at := func(series int, shoalMiB, promMiB int64) GrowthPoint {
 		s, p := res(shoal1, 1, shoalMiB), res(prom, 1, promMiB)
@@ -191,8 +191,10 @@ func TestEvaluateGoals(t *testing.T) {
 		{70, "missed by 9%", "idle point (10 targets"},
 		{0.75, "met", "side by side"}, // equal to the limit is met
 		{1, "met", "side by side"},
-		{1.2, "missed by 4%", "side by side"},
-		{1.1, "met", "side by side"},
+		{1.2, "missed by 9%", "side by side"},
+		// (250 - 3×70) / (100 - 70): the cluster's RSS above three idle
+		// footprints against one replica's above one.
+		{4.0 / 3, "missed by 21%", "less 3 and 1 idle footprints of 70 MiB"},
 	}
 	if len(goals) != len(want) {
 		t.Fatalf("%d goals, want %d", len(goals), len(want))
@@ -218,6 +220,12 @@ func TestEvaluateGoals(t *testing.T) {
 	goals = EvaluateGoals(GoalInputs{Side: Summarize([][]Result{{res(shoal1, 3, 100)}, {res(prom, 4, 200)}})})
 	if g := goals[4]; g.Measured() || !strings.Contains(g.Source, "not measured") {
 		t.Errorf("shoal ÷ vmagent without vmagent: %+v", g)
+	}
+	if g := EvaluateGoals(GoalInputs{Side: side})[6]; g.Measured() || !strings.Contains(g.Source, "no idle footprint") {
+		t.Errorf("marginal cost without the idle point: %+v", g)
+	}
+	if g := EvaluateGoals(GoalInputs{Side: side, Idle: []Result{res(shoal1, 1, 120)}})[6]; g.Measured() {
+		t.Errorf("marginal cost with an idle footprint above the loaded RSS: %+v", g)
 	}
 	rep := ReportGoals(EvaluateGoals(GoalInputs{Side: side, Idle: idle}), ThisMachine(), "make bench", time.Now())
 	for _, w := range []string{"| idle RSS of one shoal replica (10 targets) | ≤ 64 MiB | 70 MiB | **missed by 9%** |", "| CPU s per 1M samples, shoal ÷ vmagent | ≤ 1.00 × | 1.00 × | **met** |", "not measured"} {
@@ -357,12 +365,13 @@ func TestReportGrowth(t *testing.T) {
 		s.ActiveSeries, p.ActiveSeries = series, series
 		s.ExpectedPerSec, p.ExpectedPerSec = float64(series)/10, float64(series)/10
 		s.SamplesPerSec, p.SamplesPerSec = float64(series)/10, promRate*float64(series)/10
-		return GrowthPoint{Series: series, Targets: 1000, Interval: 10 * time.Second, Agents: Summarize([][]Result{{s}, {p}})}
+		return GrowthPoint{Series: series, Targets: 1000, Interval: 10 * time.Second, Rounds: 1 + 2*(series/1_000_000), Agents: Summarize([][]Result{{s}, {p}})}
 	}
-	rep := ReportGrowth([]GrowthPoint{at(100_000, 100, 200, 1), at(300_000, 200, 500, 1), at(1_000_000, 600, 1500, 0.5)}, 1, 30*time.Second, 30*time.Second, ThisMachine(), "make bench", time.Now())
+	rep := ReportGrowth([]GrowthPoint{at(100_000, 100, 200, 1), at(300_000, 200, 500, 1), at(1_000_000, 600, 1500, 0.5)}, 30*time.Second, 30*time.Second, ThisMachine(), "make bench", time.Now())
 	for _, want := range []string{
 		"| agent | 100k series | 300k series | marginal 100k→300k | 1M series | marginal 300k→1M |",
-		"1000 targets × 1000 series, scrape interval 10s",
+		"1000 targets × 100 series, scrape interval 10s, 1 round(s)",
+		"1000 targets × 1000 series, scrape interval 10s, 3 round(s)",
 		// (200-100) MiB / 200k series = 524 B; (600-200) MiB / 700k = 599 B
 		"| shoal | 100 MiB, 1049 B/series | 200 MiB, 699 B/series | 524 B | 600 MiB, 629 B/series | 599 B |",
 		"1500 MiB, 1573 B/series ⚠ 50% delivered |",

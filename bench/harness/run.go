@@ -12,7 +12,7 @@
 // machine no agent steals CPU from another while it is being measured.
 // Bench.Rounds repeats that in rounds of alternating order (Order) and
 // Summarize folds the rounds into medians and ranges (Spread), which the
-// ratio table (Ratios) and issue 15's goals (EvaluateGoals) are judged on.
+// ratio table (Ratios) and the performance goals (EvaluateGoals) are judged on.
 package harness
 
 import (

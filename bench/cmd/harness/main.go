@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -55,6 +56,7 @@ func main() {
 		growthSeries                  []int
 		growthSeriesFlag              []string
 		growthTargets, growthRounds   int
+		growthLargestRounds           int
 		growthInterval                time.Duration
 		growthWarmup, growthDuration  time.Duration
 		growthSettle                  time.Duration
@@ -83,6 +85,7 @@ func main() {
 	app.Flag("growth-duration", "Growth curve: window per agent and point.").Default("30s").DurationVar(&growthDuration)
 	app.Flag("growth-settle", "Growth curve: after the warm-up, wait up to this long more until an agent delivers 90% of the expected samples/s (0: no check).").Default("60s").DurationVar(&growthSettle)
 	app.Flag("growth-rounds", "Growth curve: rounds per agent and point.").Default("1").IntVar(&growthRounds)
+	app.Flag("growth-largest-rounds", "Growth curve: rounds per agent at the largest point (at least --growth-rounds): the 1M-series figure a goal is judged on.").Default("3").IntVar(&growthLargestRounds)
 	app.Flag("growth-agents", "Growth curve: agents (single processes).").Default("shoal", "prometheus-agent", "vmagent").StringsVar(&growthAgentsFlag)
 	app.Flag("profile-duration", "Profile: CPU profile window of shoal (one replica) at the side-by-side load.").Default("30s").DurationVar(&profileDuration)
 	app.Flag("shoal", "shoal binary.").StringVar(&shoalBin)
@@ -162,7 +165,8 @@ func main() {
 	add("idle", time.Duration(len(agents))*(idleWarmup+idleDuration+perAgentOverhead), !skipIdle)
 	add("side-by-side", time.Duration(rounds*len(agents))*(opts.Warmup+opts.Duration+perAgentOverhead), !skipSide)
 	add("profile", opts.Warmup+profileDuration+perAgentOverhead, !skipProfile)
-	add("growth", time.Duration(len(growthSeries)*len(growthAgents)*growthRounds)*(growthWarmup+growthDuration+perGrowthAgentOverhead), !skipGrowth)
+	growthRuns := (len(growthSeries)-1)*growthRounds + max(growthRounds, growthLargestRounds)
+	add("growth", time.Duration(growthRuns*len(growthAgents))*(growthWarmup+growthDuration+perGrowthAgentOverhead), !skipGrowth)
 	add("simulations", simsCost, !skipSims)
 	add("micro-benchmarks", microCost, !skipMicro)
 	logger.Info("plan: "+strings.Join(plan, ", "), "total_estimate", total.Round(time.Second),
@@ -259,14 +263,18 @@ func main() {
 				continue
 			}
 			// Alternate the order between points too, offset by the point.
-			per := b.Rounds(ctx, agents2(growthAgents, i), growthRounds, func(r, step, steps int, a harness.Agent) {
+			pointRounds := growthRounds
+			if n == slices.Max(growthSeries) {
+				pointRounds = max(growthRounds, growthLargestRounds)
+			}
+			per := b.Rounds(ctx, agents2(growthAgents, i), pointRounds, func(r, step, steps int, a harness.Agent) {
 				logger.Info(fmt.Sprintf("growth: point %d/%d (%d series), step %d/%d: %s", i+1, len(growthSeries), b.ActiveSeries(), step, steps, a.Name))
 			})
 			b.Close()
 			for _, rs := range per {
 				failed(rs)
 			}
-			in.Growth = append(in.Growth, harness.GrowthPoint{Series: b.ActiveSeries(), Targets: growthTargets, Interval: growthInterval, Agents: harness.Summarize(per)})
+			in.Growth = append(in.Growth, harness.GrowthPoint{Series: b.ActiveSeries(), Targets: growthTargets, Interval: growthInterval, Rounds: pointRounds, Agents: harness.Summarize(per)})
 			if ctx.Err() != nil {
 				break
 			}
@@ -275,7 +283,7 @@ func main() {
 		for i := range in.Growth {
 			in.Growth[i].Agents = byNames(in.Growth[i].Agents, growthAgents)
 		}
-		write(doc, "growth", "Memory growth", harness.ReportGrowth(in.Growth, growthRounds, growthWarmup, growthDuration, machine, command, started))
+		write(doc, "growth", "Memory growth", harness.ReportGrowth(in.Growth, growthWarmup, growthDuration, machine, command, started))
 	}
 
 	// The goals compare parts of one run, so they are judged only when the
