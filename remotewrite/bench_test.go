@@ -3,6 +3,7 @@ package remotewrite
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -210,4 +211,47 @@ func heapAndRSS() (heap, rss uint64) {
 		}
 	}
 	return ms.HeapInuse, rss
+}
+
+// BenchmarkReadLiveTail is a queue catching up with the live segment after
+// one commit, as it does on every commit: the writer logs a record of 200
+// samples, the reader reads it and finds the end of the WAL for now. The
+// WAL has eight segments before the live one, as a WAL under a minute of
+// remote-write outage has.
+func BenchmarkReadLiveTail(b *testing.B) {
+	dir := b.TempDir() + "/wal"
+	tw := newTestWAL(b, dir)
+	refs := tw.fleet(1, 200)
+	for range 8 {
+		tw.samples(refs, 1)
+		tw.nextSegment()
+	}
+	r := newWALReader(dir, slog.New(slog.DiscardHandler))
+	if _, err := r.open(b.Context(), position{}, false); err != nil {
+		b.Fatal(err)
+	}
+	defer r.close()
+	drain := func() int {
+		n := 0
+		for {
+			rec, _, _, err := r.next(b.Context())
+			if err != nil {
+				b.Fatal(err)
+			}
+			if rec == nil {
+				return n
+			}
+			n++
+		}
+	}
+	drain()
+	b.ReportAllocs()
+	cpu0 := cpuTime(b)
+	for i := 0; b.Loop(); i++ {
+		tw.samples(refs, int64(i+2))
+		if n := drain(); n != 1 {
+			b.Fatalf("read %d records, want 1", n)
+		}
+	}
+	b.ReportMetric(float64(cpuTime(b)-cpu0)/float64(b.N), "cpu-ns/commit")
 }
