@@ -126,7 +126,7 @@ func (a *appender) Append(ref storage.SeriesRef, ls labels.Labels, st, t int64, 
 	}
 	var meta unique.Handle[metadata.Metadata]
 	if !stale && !opts.Metadata.IsEmpty() {
-		meta = a.intern(opts.Metadata)
+		meta = a.intern(opts.Metadata, ms.meta)
 	}
 	metaChanged := meta != (unique.Handle[metadata.Metadata]{}) && ms.meta != meta
 	ms.mu.Unlock()
@@ -163,10 +163,16 @@ func (a *appender) Append(ref storage.SeriesRef, ls labels.Labels, st, t int64, 
 	return storage.SeriesRef(ms.ref), nil
 }
 
-// intern returns the interned handle of m, reusing the last one when m
-// has the very same strings.
-func (a *appender) intern(m metadata.Metadata) unique.Handle[metadata.Metadata] {
-	if a.metaH == (unique.Handle[metadata.Metadata]{}) || !sameStrings(m, a.metaIn) {
+// intern returns the interned handle of m: the last one when m has the very
+// same strings (the next series of the same family), else the series' own
+// (was) when it holds the same metadata, which is how it is scrape after
+// scrape; unique.Make, which hashes the strings, only for what changed.
+func (a *appender) intern(m metadata.Metadata, was unique.Handle[metadata.Metadata]) unique.Handle[metadata.Metadata] {
+	switch {
+	case a.metaH != (unique.Handle[metadata.Metadata]{}) && sameStrings(m, a.metaIn):
+	case was != (unique.Handle[metadata.Metadata]{}) && was.Value() == m:
+		a.metaIn, a.metaH = m, was
+	default:
 		a.metaIn, a.metaH = m, unique.Make(m)
 	}
 	return a.metaH

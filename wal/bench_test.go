@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/model/metadata"
 	"github.com/prometheus/prometheus/storage"
 	"github.com/prometheus/prometheus/tsdb/agent"
@@ -20,19 +21,38 @@ import (
 // refs cached by the caller as the scrape loop does, metadata on every
 // sample) and commits each batch; one op is one batch. The prometheus-agent
 // sub-benchmark runs Prometheus' own tsdb/agent appender over the same
-// series and samples, with the same compression, as a baseline.
+// series and samples, with the same compression, as a baseline. With
+// families=200 the series belong to 200 metric families of 5 series each,
+// every family with its own help text (as a scrape cache holds them);
+// otherwise all share one.
 func BenchmarkAppend(b *testing.B) {
 	const seriesPerBatch = 1000
 	series := makeSeries(seriesPerBatch, "node_cpu_seconds_total")
-	meta := metadata.Metadata{Type: model.MetricTypeCounter, Help: "Seconds the CPUs spent in each mode."}
+	oneMeta := metadata.Metadata{Type: model.MetricTypeCounter, Help: "Seconds the CPUs spent in each mode."}
+	for _, families := range []int{1, 200} {
+		metas := make([]metadata.Metadata, seriesPerBatch)
+		for i := range metas {
+			metas[i] = oneMeta
+			if families > 1 {
+				metas[i].Help = fmt.Sprintf("Seconds the CPUs spent in each mode, family %d.", i*families/seriesPerBatch)
+				if i > 0 && i*families/seriesPerBatch == (i-1)*families/seriesPerBatch {
+					metas[i].Help = metas[i-1].Help // the family's own string
+				}
+			}
+		}
+		b.Run(fmt.Sprintf("families=%d", families), func(b *testing.B) { benchAppend(b, series, metas) })
+	}
+}
 
+func benchAppend(b *testing.B, series []labels.Labels, metas []metadata.Metadata) {
+	const seriesPerBatch = 1000
 	run := func(b *testing.B, app func() storage.AppenderV2) {
 		refs := make([]storage.SeriesRef, len(series))
 		ts := time.Now().UnixMilli()
 		batch := func() {
 			a := app()
 			for i, ls := range series {
-				ref, err := a.Append(refs[i], ls, 0, ts, float64(ts+int64(i)), nil, nil, storage.AOptions{Metadata: meta})
+				ref, err := a.Append(refs[i], ls, 0, ts, float64(ts+int64(i)), nil, nil, storage.AOptions{Metadata: metas[i]})
 				if err != nil {
 					b.Fatal(err)
 				}
