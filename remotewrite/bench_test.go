@@ -15,6 +15,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/prometheus/storage/remote"
+	"github.com/prometheus/prometheus/tsdb/wlog"
+	"github.com/prometheus/prometheus/util/compression"
 )
 
 // BenchmarkBacklog measures how fast a queue drains a WAL backlog of
@@ -217,16 +219,34 @@ func heapAndRSS() (heap, rss uint64) {
 // one commit, as it does on every commit: the writer logs a record of 200
 // samples, the reader reads it and finds the end of the WAL for now. The
 // WAL has eight segments before the live one, as a WAL under a minute of
-// remote-write outage has.
+// remote-write outage has. live=disk looks for the next segment's file (a
+// hand-over's backlog), live=memory asks the WAL (the agent's queues).
 func BenchmarkReadLiveTail(b *testing.B) {
+	b.Run("live=disk", func(b *testing.B) { benchReadLiveTail(b, false) })
+	b.Run("live=memory", func(b *testing.B) { benchReadLiveTail(b, true) })
+}
+
+func benchReadLiveTail(b *testing.B, memory bool) {
 	dir := b.TempDir() + "/wal"
 	tw := newTestWAL(b, dir)
 	refs := tw.fleet(1, 200)
+	// Segments large enough that the live one stays live throughout (the
+	// reader is told so with live=memory).
+	tw.close()
+	w, err := wlog.NewSize(slog.New(slog.DiscardHandler), nil, dir, 1<<30, compression.None)
+	if err != nil {
+		b.Fatal(err)
+	}
+	tw.w = w
+	live := 0
 	for range 8 {
 		tw.samples(refs, 1)
-		tw.nextSegment()
+		live = tw.nextSegment()
 	}
 	r := newWALReader(dir, slog.New(slog.DiscardHandler))
+	if memory {
+		r.live = func() int { return live }
+	}
 	if _, err := r.open(b.Context(), position{}, false); err != nil {
 		b.Fatal(err)
 	}

@@ -255,10 +255,20 @@ func startManager(t *testing.T, walDir, progDir string, cfg *config.Config) *tes
 // startManagerWith is startManager with shoal's options of the queues.
 func startManagerWith(t *testing.T, walDir, progDir string, cfg *config.Config, opts map[string]QueueOptions) *testManager {
 	t.Helper()
+	return startManagerOn(t, walDir, progDir, cfg, opts, nil)
+}
+
+// startManagerOn is startManagerWith whose queues ask local, the WAL open
+// in the test (nil: none, as for a hand-over's backlog).
+func startManagerOn(t *testing.T, walDir, progDir string, cfg *config.Config, opts map[string]QueueOptions, local LocalWAL) *testManager {
+	t.Helper()
 	reg := prometheus.NewRegistry()
 	m, err := NewManager(walDir, progDir, testLogger(t), reg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if local != nil {
+		m.AttachWAL(local)
 	}
 	if err := m.ApplyConfigWithOptions(cfg, opts); err != nil {
 		t.Fatal(err)

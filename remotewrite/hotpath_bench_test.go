@@ -67,7 +67,7 @@ func benchQueue(b testing.TB, n int, protobufMessage string) (*queue, *discardCl
 
 // benchQueueWith is benchQueue with the given external labels, sharing the
 // label sets of src when it is not nil.
-func benchQueueWith(b testing.TB, n int, protobufMessage string, external labels.Labels, src SeriesLabels) (*queue, *discardClient) {
+func benchQueueWith(b testing.TB, n int, protobufMessage string, external labels.Labels, src LocalWAL) (*queue, *discardClient) {
 	b.Helper()
 	yml := "remote_write:\n  - url: http://discard.invalid/write\n    name: bench\n"
 	if protobufMessage != "" {
@@ -81,7 +81,7 @@ func benchQueueWith(b testing.TB, n int, protobufMessage string, external labels
 	dir := b.TempDir()
 	c := &discardClient{}
 	q := newQueue(sp, dir+"/wal", dir, c, unregisteredMetrics(), slog.New(slog.DiscardHandler))
-	q.walSeries = src
+	q.local = src
 	if err := q.journal.open(position{}, 0, false, 1); err != nil {
 		b.Fatal(err)
 	}
@@ -114,6 +114,9 @@ func newWALLabels(n int) walLabels {
 	}
 	return w
 }
+
+// LiveSegment is not asked in these benchmarks.
+func (w walLabels) LiveSegment() int { return 0 }
 
 func (w walLabels) SeriesLabels(ref chunks.HeadSeriesRef) (labels.Labels, bool) {
 	if ref == 0 || int(ref) >= len(w) {
@@ -193,7 +196,7 @@ func BenchmarkSeriesCacheMemory(b *testing.B) {
 	for _, bc := range []struct {
 		name     string
 		external labels.Labels
-		src      SeriesLabels
+		src      LocalWAL
 	}{
 		{"external=cluster/labels=copied", labels.FromStrings("cluster", "bench-eu-1"), nil},
 		{"external=cluster/labels=shared", labels.FromStrings("cluster", "bench-eu-1"), wal},

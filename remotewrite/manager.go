@@ -59,8 +59,9 @@ type Manager struct {
 	handoff handoff
 	// separateBy is the label whose values never share a request (SeparateBy).
 	separateBy string
-	// walSeries lends queues the WAL's label sets (ShareSeries); nil for none.
-	walSeries SeriesLabels
+	// local is the WAL the queues read, in this process (AttachWAL); nil
+	// when there is none to ask.
+	local LocalWAL
 }
 
 // SeparateBy makes every request carry series of one value of the label
@@ -75,21 +76,24 @@ func (m *Manager) SeparateBy(label string) {
 	m.separateBy = label
 }
 
-// SeriesLabels is the WAL's in-memory series index. A queue asks it for a
-// new series' labels and, where its final labels are the same, keeps the
-// WAL's label set instead of a copy: one label set per series in the
-// process however many queues send it.
-type SeriesLabels interface {
+// LocalWAL is the WAL the queues read, open in this process (wal.Storage).
+// A queue asks it for a new series' labels and, where its final labels are
+// the same, keeps the WAL's label set instead of a copy (one label set per
+// series in the process however many queues send it); and, when it has
+// read to the end of the live segment, whether the writer has moved on,
+// without a system call.
+type LocalWAL interface {
 	SeriesLabels(ref chunks.HeadSeriesRef) (labels.Labels, bool)
+	LiveSegment() int
 }
 
-// ShareSeries makes queues created from now on share the label sets of
-// src. Call it before the first ApplyConfig; without it (and for a series
-// src no longer holds) each queue keeps its own copy.
-func (m *Manager) ShareSeries(src SeriesLabels) {
+// AttachWAL makes queues created from now on ask w (see LocalWAL). Call it
+// before the first ApplyConfig; without it each queue keeps its own copy of
+// every series' labels and looks for the next segment's file.
+func (m *Manager) AttachWAL(w LocalWAL) {
 	m.mtx.Lock()
 	defer m.mtx.Unlock()
-	m.walSeries = src
+	m.local = w
 }
 
 // NewManager returns a Manager for the WAL in walDir that keeps progress files
@@ -348,7 +352,7 @@ func (m *Manager) ApplyConfigWithOptions(cfg *config.Config, opts map[string]Que
 		}
 		q := newQueue(specs[name], m.walDir, m.progressDir, clients[name], m.metrics, m.logger)
 		q.handoff = &m.handoff
-		q.walSeries = m.walSeries
+		q.attach(m.local)
 		m.queues[name] = q
 		created = append(created, q)
 	}

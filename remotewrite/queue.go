@@ -144,9 +144,10 @@ type queue struct {
 	dec    record.Decoder
 	lb     *labels.Builder
 	series seriesTable
-	// walSeries is the WAL's label sets, which the cache keeps instead of
-	// copies where it can (Manager.ShareSeries); nil keeps copies.
-	walSeries SeriesLabels
+	// local is the WAL read, when it is open in this process: the cache
+	// keeps its label sets instead of copies where it can
+	// (Manager.AttachWAL); nil keeps copies.
+	local LocalWAL
 
 	saved      position // from the progress file
 	savedFound bool
@@ -655,13 +656,22 @@ func (q *queue) encodeExternal() bool { return len(q.s.relabel) == 0 }
 // shared returns the WAL's own label set of ref when it equals lbls, so
 // that the cache holds no second copy of it; otherwise lbls.
 func (q *queue) shared(ref chunks.HeadSeriesRef, lbls labels.Labels) labels.Labels {
-	if q.walSeries == nil {
+	if q.local == nil {
 		return lbls
 	}
-	if wl, ok := q.walSeries.SeriesLabels(ref); ok && labels.Equal(wl, lbls) {
+	if wl, ok := q.local.SeriesLabels(ref); ok && labels.Equal(wl, lbls) {
 		return wl
 	}
 	return lbls
+}
+
+// attach makes the queue ask w, the WAL it reads (see LocalWAL); nil asks
+// the file system.
+func (q *queue) attach(w LocalWAL) {
+	q.local = w
+	if w != nil {
+		q.reader.live = w.LiveSegment
+	}
 }
 
 // gcSeries forgets series that the WAL no longer has: defined before the

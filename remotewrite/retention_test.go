@@ -23,7 +23,15 @@ import (
 // returns, the queue resumes at the first remaining segment: everything
 // from there on arrives once, the lost segments are counted, and no sample
 // is dropped for an unknown series (their series are in the checkpoint).
+// Both with the WAL attached (the agent: the live segment and label sets
+// asked in memory) and read from disk alone (a hand-over's backlog).
 func TestQueueResumesAfterMaxSizeDroppedItsSegments(t *testing.T) {
+	for _, attached := range []bool{true, false} {
+		t.Run(fmt.Sprintf("attached=%v", attached), func(t *testing.T) { testResumeAfterMaxSize(t, attached) })
+	}
+}
+
+func testResumeAfterMaxSize(t *testing.T, attached bool) {
 	walDir, progDir := dirs(t)
 	var m atomic.Pointer[testManager]
 	const segSize = 32 * 1024
@@ -52,7 +60,11 @@ func TestQueueResumesAfterMaxSizeDroppedItsSegments(t *testing.T) {
 		}
 		return 0
 	}
-	tm := startManager(t, walDir, progDir, loadConfig(t, `
+	var local LocalWAL
+	if attached {
+		local = s
+	}
+	tm := startManagerOn(t, walDir, progDir, loadConfig(t, `
 global:
   external_labels: {cluster: c1}
 remote_write:
@@ -60,7 +72,7 @@ remote_write:
     name: q
 `+bigQueue+`      min_backoff: 5ms
       max_backoff: 20ms
-`, rcv.srv.URL))
+`, rcv.srv.URL), nil, local)
 	m.Store(tm)
 	w.untilSegment(9)
 	tm.Notify()

@@ -46,7 +46,7 @@ func sharingQueue(t *testing.T, yml string, external labels.Labels, src walLabel
 	c := &captureClient{}
 	q := newQueue(sp, dir+"/wal", dir, c, unregisteredMetrics(), slog.New(slog.DiscardHandler))
 	if share {
-		q.walSeries = src
+		q.local = src
 	}
 	if err := q.journal.open(position{}, 0, false, 1); err != nil {
 		t.Fatal(err)
@@ -204,7 +204,7 @@ func TestSharedLabelSetsAreSentAsCopiedOnes(t *testing.T) {
 func TestSeriesGoneFromTheWALIsCopied(t *testing.T) {
 	src := walLabels{labels.EmptyLabels(), labels.FromStrings("__name__", "up", "job", "a")}
 	q, c := sharingQueue(t, "  - url: http://capture.invalid/write\n", labels.FromStrings("cluster", "eu-1"), src, true)
-	q.walSeries = walLabels{labels.EmptyLabels()} // forgotten since
+	q.local = walLabels{labels.EmptyLabels()} // forgotten since
 	var enc record.Encoder
 	var dec record.Decoder
 	got, err := dec.Series(enc.Series([]record.RefSeries{{Ref: 1, Labels: src[1]}}, nil), nil)

@@ -40,6 +40,9 @@ type walReader struct {
 	skipFn func(n int)
 	// errFn counts read and decode problems.
 	errFn func()
+	// live, when set, is the WAL writer's live segment (LocalWAL): whether
+	// the writer has moved on is then a load, not a file system question.
+	live func() int
 
 	seg       int
 	file      *wlog.Segment
@@ -350,7 +353,9 @@ func (r *walReader) next(ctx context.Context) (rec []byte, seg int, sendable boo
 
 func (r *walReader) close() { r.closeSegment() }
 
-// movedOn reports whether the writer has started a segment after seg. wlog
+// movedOn reports whether the writer has started a segment after seg: the
+// live segment when the WAL is in this process (a truncation pass that
+// deleted seg under the reader is past it too). Otherwise: wlog
 // numbers segments consecutively, so that is whether segment seg+1 exists,
 // unless a truncation pass deleted seg and what follows it under the reader
 // (then seg is gone too, and the listing says where the WAL starts). Two
@@ -358,6 +363,9 @@ func (r *walReader) close() { r.closeSegment() }
 // the live segment, which a queue does on every commit, cost 6% of the
 // agent's CPU.
 func (r *walReader) movedOn() (bool, error) {
+	if r.live != nil {
+		return r.live() > r.seg, nil
+	}
 	for _, s := range []int{r.seg + 1, r.seg} {
 		_, err := os.Stat(wlog.SegmentName(r.dir, s))
 		switch {

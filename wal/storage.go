@@ -175,6 +175,11 @@ func (s *Storage) SeriesLabels(ref chunks.HeadSeriesRef) (labels.Labels, bool) {
 	return labels.EmptyLabels(), false
 }
 
+// LiveSegment is the segment the WAL writes to now. It moves on once the
+// next segment's file exists and before the commit that wrote into it
+// returns (and calls Options.OnCommit).
+func (s *Storage) LiveSegment() int { return int(s.liveSegment.Load()) }
+
 // Dir returns the WAL directory (the one given to Open).
 func (s *Storage) Dir() string { return s.dir }
 

@@ -245,7 +245,7 @@ func runAgent(ctx context.Context, f *flags, reg *prometheus.Registry) error {
 		}
 	}()
 	a.walReplayed.Store(true)
-	a.remote.ShareSeries(a.wal)
+	a.remote.AttachWAL(a.wal)
 
 	// With clustering every appender goes through the hand-off fence.
 	// PassMetadataInContext is what puts the target into the appender's
