@@ -94,16 +94,19 @@ func TestHoldAtSegmentStartLetsEverythingBeforeItBeAcked(t *testing.T) {
 	tw := newTestWAL(t, walDir)
 	rcv := newReceiver(t)
 	refs := tw.fleet(1, 2)
+	tm := startManager(t, walDir, progDir, loadConfig(t, "remote_write:\n  - url: URL0\n"+fastQueue, rcv.srv.URL))
 	writeRounds(tw, refs, 1000, 3)
 	tw.nextSegment()
 	at := tw.end()
 	if at.Offset != 0 {
 		t.Fatalf("WAL end after a new segment is %+v, want its start", at)
 	}
-	writeRounds(tw, refs, 4000, 3)
-	tm := startManager(t, walDir, progDir, loadConfig(t, "remote_write:\n  - url: URL0\n"+fastQueue, rcv.srv.URL))
+	// Held before the later records exist: a hold placed after the queue
+	// could read them would race with their sending.
 	hold := tm.Hold(at)
 	defer hold()
+	writeRounds(tw, refs, 4000, 3)
+	tm.Notify()
 	tm.FlushNow(at)
 	waitFor(t, "everything before the segment's start acknowledged", func() bool { return tm.Acked(at) })
 	for _, r := range refs {
