@@ -168,7 +168,7 @@ func BenchmarkSendRequest(b *testing.B) {
 				lbls, _ := q.lookup(ref, func(string) { b.Fatal("unknown series") })
 				items[i] = item{ref: ref, kind: kindSample, t: 1_700_000_000_000 + int64(i), v: float64(i), lbls: lbls}
 			}
-			sb := q.newShardBuffers()
+			sb := q.newBuffers()
 			ctx := context.Background()
 			b.ReportAllocs()
 			cpu0 := cpuTime(b)

@@ -59,7 +59,7 @@ const (
 )
 
 // item is one sample, histogram or exemplar read from the WAL, with the
-// final (external + relabelled) labels of its series.
+// cached labels of its series (see storeSeries).
 type item struct {
 	ref  chunks.HeadSeriesRef
 	t    int64
@@ -618,7 +618,7 @@ func (q *queue) maybePersist() {
 // label set rather than a copy wherever they are the same.
 func (q *queue) storeSeries(series []record.RefSeries, seg int) {
 	for _, s := range series {
-		if q.encodeExternal() {
+		if q.encodeExternal() && !s.Labels.IsEmpty() {
 			q.series.set(s.Ref, seriesEntry{lbls: q.shared(s.Ref, s.Labels), seg: int32(seg)})
 			continue
 		}
@@ -632,7 +632,11 @@ func (q *queue) storeSeries(series []record.RefSeries, seg int) {
 		keep := relabel.ProcessBuilder(q.lb, q.s.relabel...)
 		e := seriesEntry{seg: int32(seg)}
 		if keep {
-			e.lbls = q.shared(s.Ref, q.lb.Labels())
+			e.lbls = q.lb.Labels()
+			if len(q.s.external) == 0 {
+				// Nothing added: relabelling may have left the WAL's labels.
+				e.lbls = q.shared(s.Ref, e.lbls)
+			}
 			keep = !e.lbls.IsEmpty()
 		}
 		e.dropped = !keep
@@ -644,13 +648,11 @@ func (q *queue) storeSeries(series []record.RefSeries, seg int) {
 	q.m.seriesCached.Set(float64(q.series.len()))
 }
 
-// encodeExternal says whether the encoder adds the external labels a series
-// lacks, rather than the cache: so, without write_relabel_configs (which
-// see the external labels), a series' cached labels are its WAL labels,
-// which the cache can share. The struct fields of items and cache entries
-// have no room for a per-series flag: one more field made every sample's
-// lookup 25-60% slower (the compiler keeps a struct of up to four fields,
-// or an item of up to 57 bytes, in registers).
+// encodeExternal says whether the encoders add the external labels a series
+// lacks, rather than the cache: without write_relabel_configs (which see
+// the external labels) a series' cached labels are then its WAL labels,
+// which the cache can share. It is decided per queue: a per-series flag in
+// the cache entry or the item slowed every sample's lookup.
 func (q *queue) encodeExternal() bool { return len(q.s.relabel) == 0 }
 
 // shared returns the WAL's own label set of ref when it equals lbls, so

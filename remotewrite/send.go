@@ -53,8 +53,9 @@ func newShardBuffers() *shardBuffers {
 	return &shardBuffers{index: map[chunks.HeadSeriesRef]int32{}, comp: compression.NewSyncEncodeBuffer()}
 }
 
-// newShardBuffers returns buffers that encode this queue's series.
-func (q *queue) newShardBuffers() *shardBuffers {
+// newBuffers returns shard buffers that encode this queue's series, with
+// its external labels where the cache has none (newShardBuffers adds none).
+func (q *queue) newBuffers() *shardBuffers {
 	b := newShardBuffers()
 	if q.encodeExternal() {
 		b.external = q.s.external
@@ -70,7 +71,7 @@ func (q *queue) newShardBuffers() *shardBuffers {
 // acknowledged or dropped.
 func (q *queue) sendChunk(ctx context.Context, c *chunk, n int) (ok, retried bool) {
 	for len(q.shardBufs) < max(n, 1) {
-		q.shardBufs = append(q.shardBufs, q.newShardBuffers())
+		q.shardBufs = append(q.shardBufs, q.newBuffers())
 	}
 	if ok, retried = q.sendUncertain(ctx, c); !ok {
 		return false, retried

@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"testing"
 	"unsafe"
 
@@ -28,8 +30,8 @@ func (*captureClient) Name() string     { return "capture" }
 func (*captureClient) Endpoint() string { return "http://capture.invalid/" }
 
 // labelData is where a label set's bytes are: equal for two label sets
-// that share their memory. Every labels implementation keeps its data
-// pointer in its first word.
+// that share their memory. The default labels implementation (a string)
+// and slicelabels keep their data pointer in the first word.
 func labelData(l labels.Labels) unsafe.Pointer { return *(*unsafe.Pointer)(unsafe.Pointer(&l)) }
 
 // sharingQueue is a queue of the remote_write entry yml (under a
@@ -66,8 +68,9 @@ func sharingQueue(t *testing.T, yml string, external labels.Labels, src walLabel
 	return q, c
 }
 
-// sendAll sends a sample of every cached series and a histogram of the
-// first, and returns the request bodies.
+// sendAll sends, as one shard, a sample of each of the first n cached
+// series, a histogram of the first and an exemplar of the second, and
+// returns the request bodies.
 func sendAll(t *testing.T, q *queue, c *captureClient, n int) [][]byte {
 	t.Helper()
 	var items []item
@@ -81,8 +84,13 @@ func sendAll(t *testing.T, q *queue, c *captureClient, n int) [][]byte {
 	}
 	lbls, _ := q.lookup(1, fail)
 	items = append(items, item{ref: 1, kind: kindHistogram, t: 100, x: &itemExtra{h: testHistogram(1)}, lbls: lbls})
-	b := q.newShardBuffers()
-	if ok, _ := q.send(context.Background(), b, items, nil, position{Segment: 1}, false); !ok {
+	if n > 1 {
+		lbls, _ = q.lookup(2, fail)
+		items = append(items, item{ref: 2, kind: kindExemplar, t: 2, v: 0.5, lbls: lbls, x: &itemExtra{exLbls: labels.FromStrings("trace_id", "abc")}})
+	}
+	b := q.newBuffers()
+	b.items = items
+	if ok, _ := q.runShard(context.Background(), b, nil, position{Segment: 1}, false); !ok {
 		t.Fatal("not sent")
 	}
 	return c.bodies
@@ -121,15 +129,20 @@ func sentLabels(t *testing.T, raw []byte, v2 bool) []labels.Labels {
 // wherever it can, and sends what Prometheus sends: the series' labels,
 // the external labels it lacks (its own label wins), then
 // write_relabel_configs. External labels sorting before, between and after
-// the series' own, one the series overrides; Remote-Write 1.0
-// (hand-written and generated encoders) and 2.0. Without relabelling the
-// cache shares every label set, with it only those relabelling left as
-// they were; either way the requests are byte for byte those of a queue
-// that keeps copies.
+// the series' own, one the series overrides, one without a value, one that
+// requests are separated by (SeparateBy); samples, a histogram and an
+// exemplar; Remote-Write 1.0 (hand-written and generated encoders) and 2.0.
+// Without relabelling the cache shares every label set, with it only those
+// relabelling left as they were; either way the requests are byte for byte
+// those of a queue that keeps copies.
 func TestSharedLabelSetsAreSentAsCopiedOnes(t *testing.T) {
 	src := walLabels{labels.EmptyLabels()}
 	for i := range 6 {
-		src = append(src, labels.FromStrings("__name__", fmt.Sprintf("m%d", i%2), "instance", fmt.Sprintf("h%d:9100", i), "job", "node"))
+		ls := labels.FromStrings("__name__", fmt.Sprintf("m%d", i%2), "instance", fmt.Sprintf("h%d:9100", i), "job", "node")
+		if i%3 == 0 {
+			ls = labels.NewBuilder(ls).Set("zone", fmt.Sprintf("own-%d", i)).Labels()
+		}
+		src = append(src, ls)
 	}
 	relabelDrop := "    write_relabel_configs:\n      - {action: labeldrop, regex: instance}\n"
 	relabelKeep := "    write_relabel_configs:\n      - {action: keep, source_labels: [job], regex: node}\n"
@@ -138,19 +151,23 @@ func TestSharedLabelSetsAreSentAsCopiedOnes(t *testing.T) {
 		external labels.Labels
 		relabel  string
 		shared   bool
+		separate string
 	}{
-		{"no external labels", labels.EmptyLabels(), "", true},
-		{"one external label", labels.FromStrings("cluster", "eu-1"), "", true},
-		{"before, between, after and overridden", labels.FromStrings("a", "1", "job", "ext", "k", "2", "zz", "3"), "", true},
-		{"relabelling that changes nothing", labels.EmptyLabels(), relabelKeep, true},
-		{"relabelling that changes the labels", labels.EmptyLabels(), relabelDrop, false},
-		{"relabelling with an external label", labels.FromStrings("cluster", "eu-1"), relabelKeep, false},
+		{"no external labels", labels.EmptyLabels(), "", true, ""},
+		{"one external label", labels.FromStrings("cluster", "eu-1"), "", true, ""},
+		{"before, between, after and overridden", labels.FromStrings("a", "1", "job", "ext", "k", "2", "zz", "3"), "", true, ""},
+		{"one without a value", labels.FromStrings("a", "", "cluster", "eu-1"), "", true, ""},
+		{"separated by a label some series have", labels.FromStrings("zone", "ext"), "", true, "zone"},
+		{"relabelling that changes nothing", labels.EmptyLabels(), relabelKeep, true, ""},
+		{"relabelling that changes the labels", labels.EmptyLabels(), relabelDrop, false, ""},
+		{"relabelling with an external label", labels.FromStrings("cluster", "eu-1"), relabelKeep, false, ""},
 	} {
 		for _, msg := range []string{"prometheus.WriteRequest", "io.prometheus.write.v2.Request"} {
 			t.Run(tc.name+"/"+msg, func(t *testing.T) {
-				yml := "  - url: http://capture.invalid/write\n    name: q\n    protobuf_message: " + msg + "\n" + tc.relabel
+				yml := "  - url: http://capture.invalid/write\n    name: q\n    send_exemplars: true\n    protobuf_message: " + msg + "\n" + tc.relabel
 				shared, sc := sharingQueue(t, yml, tc.external, src, true)
 				copied, cc := sharingQueue(t, yml, tc.external, src, false)
+				shared.s.separateBy, copied.s.separateBy = tc.separate, tc.separate
 				for ref := 1; ref < len(src); ref++ {
 					e, _ := shared.series.get(chunks.HeadSeriesRef(ref))
 					if got := labelData(e.lbls) == labelData(src[ref]); got != tc.shared {
@@ -188,6 +205,19 @@ func TestSharedLabelSetsAreSentAsCopiedOnes(t *testing.T) {
 				}
 				if len(sent) != len(wantSent) {
 					t.Fatalf("sent %d series, want %d", len(sent), len(wantSent))
+				}
+				if tc.separate != "" {
+					// Each request holds one value of the label, in order.
+					slices.SortStableFunc(wantSent, func(a, b labels.Labels) int {
+						return strings.Compare(a.Get(tc.separate), b.Get(tc.separate))
+					})
+					values := map[string]bool{}
+					for _, ls := range wantSent {
+						values[ls.Get(tc.separate)] = true
+					}
+					if len(got) != len(values) {
+						t.Errorf("%d requests, want one per value of %s: %d", len(got), tc.separate, len(values))
+					}
 				}
 				for i := range sent {
 					if !labels.Equal(sent[i], wantSent[i]) {

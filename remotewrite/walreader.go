@@ -353,15 +353,13 @@ func (r *walReader) next(ctx context.Context) (rec []byte, seg int, sendable boo
 
 func (r *walReader) close() { r.closeSegment() }
 
-// movedOn reports whether the writer has started a segment after seg: the
-// live segment when the WAL is in this process (a truncation pass that
-// deleted seg under the reader is past it too). Otherwise: wlog
-// numbers segments consecutively, so that is whether segment seg+1 exists,
-// unless a truncation pass deleted seg and what follows it under the reader
-// (then seg is gone too, and the listing says where the WAL starts). Two
-// stats, where listing the directory (wlog.Segments) on every catch-up with
-// the live segment, which a queue does on every commit, cost 6% of the
-// agent's CPU.
+// movedOn reports whether the writer has started a segment after seg, which
+// a queue asks on every commit it catches up with: the live segment when
+// the WAL is in this process (a truncation pass that deleted seg under the
+// reader is past it too). Otherwise, wlog numbering segments consecutively,
+// whether segment seg+1 exists, unless a truncation pass deleted seg and
+// what follows under the reader (seg is gone too: the listing says where
+// the WAL starts). Listing the directory every time cost 6% of the CPU.
 func (r *walReader) movedOn() (bool, error) {
 	if r.live != nil {
 		return r.live() > r.seg, nil

@@ -165,8 +165,8 @@ func (a *appender) Append(ref storage.SeriesRef, ls labels.Labels, st, t int64, 
 
 // intern returns the interned handle of m: the last one when m has the very
 // same strings (the next series of the same family), else the series' own
-// (was) when it holds the same metadata, which is how it is scrape after
-// scrape; unique.Make, which hashes the strings, only for what changed.
+// (was) when it holds the same metadata, as it does from one scrape to the
+// next; unique.Make, which hashes the strings, only for what changed.
 func (a *appender) intern(m metadata.Metadata, was unique.Handle[metadata.Metadata]) unique.Handle[metadata.Metadata] {
 	switch {
 	case a.metaH != (unique.Handle[metadata.Metadata]{}) && sameStrings(m, a.metaIn):

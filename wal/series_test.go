@@ -1,11 +1,15 @@
 package wal
 
 import (
+	"fmt"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/tsdb/chunks"
+	"github.com/prometheus/prometheus/tsdb/wlog"
+	"github.com/prometheus/prometheus/util/compression"
 )
 
 // Series whose labels share a hash are chained; every operation must find,
@@ -103,5 +107,46 @@ func TestSeriesLabelsAreTheAppendedLabelSet(t *testing.T) {
 		if got, ok := w.SeriesLabels(chunks.HeadSeriesRef(ref)); !ok || !labels.Equal(got, series[i]) {
 			t.Errorf("after replay, series %d: %s (found %v), want %s", ref, got, ok, series[i])
 		}
+	}
+}
+
+// LiveSegment is the last segment file whenever a commit has returned:
+// across rotations inside a write (records of every size, compressed or
+// not) and the truncation pass's rotation of an old live segment. Remote
+// write reads the end of the WAL by it.
+func TestLiveSegmentIsTheLastFileAfterEveryCommit(t *testing.T) {
+	for _, c := range []compression.Type{compression.None, compression.Snappy} {
+		t.Run(string(c), func(t *testing.T) {
+			dir := t.TempDir()
+			opts := smallOpts()
+			opts.Compression = c
+			opts.RotateAfter = time.Minute
+			w := openTest(t, dir, opts, nil)
+			check := func(when string) {
+				t.Helper()
+				_, last, err := wlog.Segments(dir)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := w.LiveSegment(); got != last {
+					t.Fatalf("%s: LiveSegment %d, last segment file %d", when, got, last)
+				}
+			}
+			for i := range 60 {
+				series := makeSeries(1+i%7*13, fmt.Sprintf("m%d", i)) // 1 to 79 new series a commit
+				appendFloats(t, w.Storage, series, w.clock.Ms(), float64(i))
+				check(fmt.Sprintf("commit %d", i))
+				if i%20 == 19 {
+					w.clock.Advance(2 * time.Minute)
+					if err := w.Truncate(); err != nil {
+						t.Fatal(err)
+					}
+					check(fmt.Sprintf("truncation after commit %d", i))
+				}
+			}
+			if w.LiveSegment() < 3 {
+				t.Fatalf("live segment %d at the end: too few rotations to tell", w.LiveSegment())
+			}
+		})
 	}
 }
