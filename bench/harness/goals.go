@@ -176,11 +176,13 @@ func EvaluateGoals(in GoalInputs) []Goal {
 }
 
 // marginalGoal judges the memory a cluster adds per series: the steady RSS
-// of the cluster above its replicas' idle footprints, per active series,
-// over the same for one replica. The idle footprint is the idle point's
-// RSS of one replica (10 targets, whose few series are counted as idle).
+// of the cluster above its idle footprint, per active series, over the same
+// for one replica. An idle footprint is the idle point's RSS (10 targets,
+// whose few series count as idle): the cluster's own where the idle point
+// ran it, which holds what gossip costs a replica whatever its series,
+// else that many times one replica's.
 func marginalGoal(in GoalInputs, idle Goal) Goal {
-	g := Goal{What: "RSS per active series above the idle footprints, shoal x3 ÷ shoal", Limit: GoalClusterVsSingle, Unit: "×", Value: math.NaN()}
+	g := Goal{What: "RSS per active series above the idle footprint, shoal x3 ÷ shoal", Limit: GoalClusterVsSingle, Unit: "×", Value: math.NaN()}
 	one, ok1 := find(in.Side, roleShoal)
 	many, ok2 := find(in.Side, roleShoalCluster)
 	switch {
@@ -194,14 +196,21 @@ func marginalGoal(in GoalInputs, idle Goal) Goal {
 		g.Source = "no idle footprint: " + idle.Source
 		return g
 	}
-	idleBytes := idle.Value * (1 << 20)
-	above1 := one.RSSSteady.Median - idleBytes
-	aboveN := many.RSSSteady.Median - float64(many.Agent.Replicas)*idleBytes
+	idleOne := idle.Value * (1 << 20)
+	idleMany, from := float64(many.Agent.Replicas)*idleOne, fmt.Sprintf("%d × one replica's", many.Agent.Replicas)
+	for _, r := range in.Idle {
+		if roleShoalCluster.matches(r.Agent) && r.Err == "" && r.RSSSteady > 0 {
+			idleMany, from = float64(r.RSSSteady), "the cluster's"
+			break
+		}
+	}
+	above1 := one.RSSSteady.Median - idleOne
+	aboveN := many.RSSSteady.Median - idleMany
 	if above1 <= 0 {
 		g.Source = "one replica's RSS is not above its idle footprint"
 		return g
 	}
 	g.Value = aboveN / above1
-	g.Source = fmt.Sprintf("side by side, medians of %d and %d rounds, less %d and 1 idle footprints of %.0f MiB", many.OK, one.OK, many.Agent.Replicas, idle.Value)
+	g.Source = fmt.Sprintf("side by side, medians of %d and %d rounds, less idle footprints of %.0f MiB (%s) and %.0f MiB", many.OK, one.OK, idleMany/(1<<20), from, idle.Value)
 	return g
 }

@@ -194,7 +194,7 @@ func TestEvaluateGoals(t *testing.T) {
 		{1.2, "missed by 9%", "side by side"},
 		// (250 - 3×70) / (100 - 70): the cluster's RSS above three idle
 		// footprints against one replica's above one.
-		{4.0 / 3, "missed by 21%", "less 3 and 1 idle footprints of 70 MiB"},
+		{4.0 / 3, "missed by 21%", "less idle footprints of 210 MiB (3 × one replica's) and 70 MiB"},
 	}
 	if len(goals) != len(want) {
 		t.Fatalf("%d goals, want %d", len(goals), len(want))
@@ -226,6 +226,10 @@ func TestEvaluateGoals(t *testing.T) {
 	}
 	if g := EvaluateGoals(GoalInputs{Side: side, Idle: []Result{res(shoal1, 1, 120)}})[6]; g.Measured() {
 		t.Errorf("marginal cost with an idle footprint above the loaded RSS: %+v", g)
+	}
+	// The idle point's own cluster, where it ran: (250 - 220) / (100 - 70).
+	if g := EvaluateGoals(GoalInputs{Side: side, Idle: append(idle, res(shoal3, 1, 220))})[6]; math.Abs(g.Value-1) > 1e-9 || !strings.Contains(g.Source, "220 MiB (the cluster's)") {
+		t.Errorf("marginal cost against the cluster's idle footprint: %+v", g)
 	}
 	rep := ReportGoals(EvaluateGoals(GoalInputs{Side: side, Idle: idle}), ThisMachine(), "make bench", time.Now())
 	for _, w := range []string{"| idle RSS of one shoal replica (10 targets) | ≤ 64 MiB | 70 MiB | **missed by 9%** |", "| CPU s per 1M samples, shoal ÷ vmagent | ≤ 1.00 × | 1.00 × | **met** |", "not measured"} {
