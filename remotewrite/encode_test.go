@@ -33,15 +33,21 @@ func generatedRequest(items []item, md []prompb.MetricMetadata) prompb.WriteRequ
 
 func decodeV1(t *testing.T, raw []byte) prompb.WriteRequest {
 	t.Helper()
+	var req prompb.WriteRequest
+	unsnappy(t, raw, &req)
+	return req
+}
+
+// unsnappy decodes raw, a snappy-compressed request body, into m.
+func unsnappy(t *testing.T, raw []byte, m interface{ Unmarshal([]byte) error }) {
+	t.Helper()
 	plain, err := snappy.Decode(nil, raw)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var req prompb.WriteRequest
-	if err := req.Unmarshal(plain); err != nil {
+	if err := m.Unmarshal(plain); err != nil {
 		t.Fatal(err)
 	}
-	return req
 }
 
 // The hand-written 1.0 encoder must say exactly what the generated code

@@ -69,38 +69,47 @@ func benchQueue(b testing.TB, n int, protobufMessage string) (*queue, *discardCl
 // label sets of src when it is not nil.
 func benchQueueWith(b testing.TB, n int, protobufMessage string, external labels.Labels, src LocalWAL) (*queue, *discardClient) {
 	b.Helper()
-	yml := "remote_write:\n  - url: http://discard.invalid/write\n    name: bench\n"
+	yml := "  - url: http://discard.invalid/write\n    name: bench\n"
 	if protobufMessage != "" {
 		yml += "    protobuf_message: " + protobufMessage + "\n"
 	}
-	cfg := loadConfig(b, yml)
-	sp, err := newSpec(cfg.RemoteWriteConfigs[0], external)
-	if err != nil {
-		b.Fatal(err)
-	}
-	dir := b.TempDir()
 	c := &discardClient{}
-	q := newQueue(sp, dir+"/wal", dir, c, unregisteredMetrics(), slog.New(slog.DiscardHandler))
-	q.local = src
-	if err := q.journal.open(position{}, 0, false, 1); err != nil {
-		b.Fatal(err)
+	return cachingQueue(b, yml, external, src, c, n, benchLabels), c
+}
+
+// cachingQueue is a queue of the remote_write entry yml (under a
+// remote_write: list) with the given external labels, asking local (nil:
+// none), with its journal open in a temporary directory, as in a running
+// agent, and with series refs 1 to n cached: ref i+1 has labels(i), stored
+// a target (benchTargetSeries) at a time through the record encoder and
+// decoder, as the queue gets them.
+func cachingQueue(tb testing.TB, yml string, external labels.Labels, local LocalWAL, c remote.WriteClient, n int, lbls func(i int) labels.Labels) *queue {
+	tb.Helper()
+	sp, err := newSpec(loadConfig(tb, "remote_write:\n"+yml).RemoteWriteConfigs[0], external)
+	if err != nil {
+		tb.Fatal(err)
 	}
-	b.Cleanup(q.journal.close)
+	dir := tb.TempDir()
+	q := newQueue(sp, dir+"/wal", dir, c, unregisteredMetrics(), slog.New(slog.DiscardHandler))
+	q.local = local
+	if err := q.journal.open(position{}, 0, false, 1); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(q.journal.close)
 	var enc record.Encoder
 	var dec record.Decoder
 	for base := 0; base < n; base += benchTargetSeries {
 		s := make([]record.RefSeries, 0, benchTargetSeries)
 		for i := base; i < min(n, base+benchTargetSeries); i++ {
-			s = append(s, record.RefSeries{Ref: chunks.HeadSeriesRef(i + 1), Labels: benchLabels(i)})
+			s = append(s, record.RefSeries{Ref: chunks.HeadSeriesRef(i + 1), Labels: lbls(i)})
 		}
-		// Through the encoder and decoder, as the queue gets them.
 		got, err := dec.Series(enc.Series(s, nil), nil)
 		if err != nil {
-			b.Fatal(err)
+			tb.Fatal(err)
 		}
 		q.storeSeries(got, 1)
 	}
-	return q, c
+	return q
 }
 
 // walLabels stands for the WAL's in-memory series: the label sets of refs

@@ -480,14 +480,7 @@ func TestHistogramValuesSurvive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	plain, err := snappy.Decode(nil, raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var req prompb.WriteRequest
-	if err := req.Unmarshal(plain); err != nil {
-		t.Fatal(err)
-	}
+	req := decodeV1(t, raw)
 	got := req.Timeseries[0].Histograms[0].ToIntHistogram()
 	if !got.Equals(h) {
 		t.Fatalf("histogram changed on the way: %v != %v", got, h)

@@ -4,13 +4,11 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"log/slog"
 	"slices"
 	"strings"
 	"testing"
 	"unsafe"
 
-	"github.com/golang/snappy"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/model/relabel"
 	writev2 "github.com/prometheus/prometheus/prompb/io/prometheus/write/v2"
@@ -36,36 +34,15 @@ func labelData(l labels.Labels) unsafe.Pointer { return *(*unsafe.Pointer)(unsaf
 
 // sharingQueue is a queue of the remote_write entry yml (under a
 // remote_write: list) with the given external labels, which shares the
-// label sets of src when it is not nil, and has cached the series of wal.
+// label sets of src when share is set, and has cached the series of src.
 func sharingQueue(t *testing.T, yml string, external labels.Labels, src walLabels, share bool) (*queue, *captureClient) {
 	t.Helper()
-	cfg := loadConfig(t, "remote_write:\n"+yml)
-	sp, err := newSpec(cfg.RemoteWriteConfigs[0], external)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	c := &captureClient{}
-	q := newQueue(sp, dir+"/wal", dir, c, unregisteredMetrics(), slog.New(slog.DiscardHandler))
+	var local LocalWAL
 	if share {
-		q.local = src
+		local = src
 	}
-	if err := q.journal.open(position{}, 0, false, 1); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(q.journal.close)
-	var s []record.RefSeries
-	for ref := 1; ref < len(src); ref++ {
-		s = append(s, record.RefSeries{Ref: chunks.HeadSeriesRef(ref), Labels: src[ref]})
-	}
-	var enc record.Encoder
-	var dec record.Decoder
-	got, err := dec.Series(enc.Series(s, nil), nil) // a copy, as read from the WAL
-	if err != nil {
-		t.Fatal(err)
-	}
-	q.storeSeries(got, 1)
-	return q, c
+	c := &captureClient{}
+	return cachingQueue(t, yml, external, local, c, len(src)-1, func(i int) labels.Labels { return src[i+1] }), c
 }
 
 // sendAll sends, as one shard, a sample of each of the first n cached
@@ -107,14 +84,8 @@ func sentLabels(t *testing.T, raw []byte, v2 bool) []labels.Labels {
 		}
 		return out
 	}
-	plain, err := snappy.Decode(nil, raw)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var req writev2.Request
-	if err := req.Unmarshal(plain); err != nil {
-		t.Fatal(err)
-	}
+	unsnappy(t, raw, &req)
 	for _, ts := range req.Timeseries {
 		ls, err := ts.ToLabels(&sb, req.Symbols)
 		if err != nil {
