@@ -175,7 +175,6 @@ func newSpec(rw *config.RemoteWriteConfig, external labels.Labels) (*spec, error
 		sendHistograms: rw.SendNativeHistograms,
 		sendMetadata:   rw.MetadataConfig.Send,
 		v2:             rw.ProtobufMessage == remoteapi.WriteV2MessageType,
-		externalLabels: external,
 		external:       nonEmpty(external),
 		relabel:        rw.WriteRelabelConfigs,
 	}

@@ -40,9 +40,8 @@ type settings struct {
 	sendExemplars, sendHistograms, sendMetadata bool
 	v2                                          bool // Remote-Write 2.0
 
-	externalLabels labels.Labels
-	// external is externalLabels as a slice in name order, without empty
-	// values, for the encoders (see encodeExternal).
+	// external is the external labels in name order, without empty values
+	// (which no series carries).
 	external   []labels.Label
 	relabel    []*relabel.Config
 	separateBy string // Manager.SeparateBy
@@ -624,11 +623,11 @@ func (q *queue) storeSeries(series []record.RefSeries, seg int) {
 		}
 		q.lb.Reset(s.Labels)
 		// Series labels win over external labels, as in Prometheus.
-		q.s.externalLabels.Range(func(l labels.Label) {
+		for _, l := range q.s.external {
 			if q.lb.Get(l.Name) == "" {
 				q.lb.Set(l.Name, l.Value)
 			}
-		})
+		}
 		keep := relabel.ProcessBuilder(q.lb, q.s.relabel...)
 		e := seriesEntry{seg: int32(seg)}
 		if keep {

@@ -205,7 +205,12 @@ func (q *queue) labelValue(it *item, label string) string {
 	if v := it.lbls.Get(label); v != "" || !q.encodeExternal() {
 		return v
 	}
-	return q.s.externalLabels.Get(label)
+	for _, l := range q.s.external {
+		if l.Name == label {
+			return l.Value
+		}
+	}
+	return ""
 }
 
 // build prepares a Remote-Write 1.0 request of items (grouped by series:

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"unsafe"
 
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/model/relabel"
@@ -15,6 +14,8 @@ import (
 	"github.com/prometheus/prometheus/storage/remote"
 	"github.com/prometheus/prometheus/tsdb/chunks"
 	"github.com/prometheus/prometheus/tsdb/record"
+
+	"github.com/shoal-dev/shoal/internal/testutil"
 )
 
 // captureClient keeps the raw body of every request it acknowledges.
@@ -26,11 +27,6 @@ func (c *captureClient) Store(_ context.Context, raw []byte, _ int) (remote.Writ
 }
 func (*captureClient) Name() string     { return "capture" }
 func (*captureClient) Endpoint() string { return "http://capture.invalid/" }
-
-// labelData is where a label set's bytes are: equal for two label sets
-// that share their memory. The default labels implementation (a string)
-// and slicelabels keep their data pointer in the first word.
-func labelData(l labels.Labels) unsafe.Pointer { return *(*unsafe.Pointer)(unsafe.Pointer(&l)) }
 
 // sharingQueue is a queue of the remote_write entry yml (under a
 // remote_write: list) with the given external labels, which shares the
@@ -141,10 +137,10 @@ func TestSharedLabelSetsAreSentAsCopiedOnes(t *testing.T) {
 				shared.s.separateBy, copied.s.separateBy = tc.separate, tc.separate
 				for ref := 1; ref < len(src); ref++ {
 					e, _ := shared.series.get(chunks.HeadSeriesRef(ref))
-					if got := labelData(e.lbls) == labelData(src[ref]); got != tc.shared {
+					if got := testutil.SameLabelSet(e.lbls, src[ref]); got != tc.shared {
 						t.Fatalf("series %d: shares the WAL's label set: %v, want %v", ref, got, tc.shared)
 					}
-					if e, _ := copied.series.get(chunks.HeadSeriesRef(ref)); labelData(e.lbls) == labelData(src[ref]) {
+					if e, _ := copied.series.get(chunks.HeadSeriesRef(ref)); testutil.SameLabelSet(e.lbls, src[ref]) {
 						t.Fatalf("series %d: a queue with no WAL to share shares its label set", ref)
 					}
 				}
@@ -213,8 +209,8 @@ func TestSeriesGoneFromTheWALIsCopied(t *testing.T) {
 		t.Fatal(err)
 	}
 	q.storeSeries(got, 2)
-	if e, _ := q.series.get(1); !labels.Equal(e.lbls, src[1]) || labelData(e.lbls) == labelData(src[1]) {
-		t.Fatalf("cached %s (shared: %v), want a copy of %s", e.lbls, labelData(e.lbls) == labelData(src[1]), src[1])
+	if e, _ := q.series.get(1); !labels.Equal(e.lbls, src[1]) || testutil.SameLabelSet(e.lbls, src[1]) {
+		t.Fatalf("cached %s (shared: %v), want a copy of %s", e.lbls, testutil.SameLabelSet(e.lbls, src[1]), src[1])
 	}
 	req := decodeV1(t, sendAll(t, q, c, 1)[0])
 	want := labels.FromStrings("__name__", "up", "cluster", "eu-1", "job", "a")

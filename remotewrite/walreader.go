@@ -317,8 +317,7 @@ func (r *walReader) next(ctx context.Context) (rec []byte, seg int, sendable boo
 		lerr := r.lr.Err()
 		if lerr != nil && !errors.Is(lerr, io.EOF) {
 			r.errFn()
-			_, last, serr := wlog.Segments(r.dir)
-			if serr == nil && last > r.seg {
+			if moved, serr := r.movedOn(); serr == nil && moved {
 				// A complete segment is corrupt from here on: what follows is
 				// unreadable for anyone. Move on rather than stall forever.
 				r.logger.Error("Corrupt WAL segment; skipping the rest of it", "segment", r.seg, "offset", r.pos().Offset, "err", lerr)

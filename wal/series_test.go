@@ -4,12 +4,13 @@ import (
 	"fmt"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/tsdb/chunks"
 	"github.com/prometheus/prometheus/tsdb/wlog"
 	"github.com/prometheus/prometheus/util/compression"
+
+	"github.com/shoal-dev/shoal/internal/testutil"
 )
 
 // Series whose labels share a hash are chained; every operation must find,
@@ -92,7 +93,7 @@ func TestSeriesLabelsAreTheAppendedLabelSet(t *testing.T) {
 		if !ok || !labels.Equal(got, series[i]) {
 			t.Fatalf("series %d: %s (found %v), want %s", ref, got, ok, series[i])
 		}
-		if *(*unsafe.Pointer)(unsafe.Pointer(&got)) != *(*unsafe.Pointer)(unsafe.Pointer(&series[i])) {
+		if !testutil.SameLabelSet(got, series[i]) {
 			t.Errorf("series %d: a copy of the appended label set, want the same", ref)
 		}
 	}
