@@ -104,7 +104,15 @@ type Watermarks struct {
 	// it a restarted peer's numbers start over, and only its first
 	// acknowledged fence says its previous life's samples are delivered.
 	Continued bool
+	// Final says the node has made its final fence: terminating, it has
+	// left the ring and stopped every target, and scrapes nothing more in
+	// this life. Peers need not wait for it to fence later views; only
+	// its samples before that fence remain to be delivered.
+	Final bool
 }
+
+// featureFinal in nodeMeta.Features is Watermarks.Final.
+const featureFinal = 1 << 4
 
 // featureContinued in nodeMeta.Features is Watermarks.Continued.
 const featureContinued = 1 << 3
@@ -152,7 +160,7 @@ type nodeMeta struct {
 	// peer keeps the newest of what gossip and pushes bring (metapush.go);
 	// Features says what the node reads (featureMetaPush,
 	// featureWeightDeltas) and announces (featureLostSeq,
-	// featureContinued). Absent in older
+	// featureContinued, featureFinal). Absent in older
 	// versions.
 	Seq      uint64 `json:"q,omitempty"`
 	Features uint64 `json:"f,omitempty"`
@@ -216,6 +224,7 @@ func (m nodeMeta) watermarks() Watermarks {
 		w.LostSeq = m.FencedSeq
 	}
 	w.Continued = m.Features&featureContinued != 0
+	w.Final = m.Features&featureFinal != 0
 	return w
 }
 

@@ -46,6 +46,9 @@ func TestWatermarksRoundTripAndOldMetadataDecodes(t *testing.T) {
 	if m.watermarks().Continued {
 		t.Fatal("metadata without featureContinued decoded as continuing its numbering")
 	}
+	if m.watermarks().Final {
+		t.Fatal("metadata without featureFinal decoded as past its final fence")
+	}
 	// One whose fence numbering goes on from its previous life.
 	continued := []byte(`{"v":1,"s":"participant","t":1700000000000,"l":12,"fs":9,"as":8,"f":15}`)
 	if m, _, err = decodeMeta(continued); err != nil || !m.watermarks().Continued {
@@ -64,7 +67,7 @@ func TestWatermarksReachPeers(t *testing.T) {
 	})
 	changes, unsubscribe := nodes[1].Subscribe()
 	defer unsubscribe()
-	wm := Watermarks{FencedSeq: 3, FencedRing: 99, AckedSeq: 2, LostSeq: 1, Continued: true}
+	wm := Watermarks{FencedSeq: 3, FencedRing: 99, AckedSeq: 2, LostSeq: 1, Continued: true, Final: true}
 	nodes[0].SetWatermarks(wm)
 	if nodes[0].Self().Handoff != wm {
 		t.Fatalf("Self().Handoff = %+v", nodes[0].Self().Handoff)

@@ -56,6 +56,9 @@ func (n *Node) features() uint64 {
 	if n.watermarks.Continued {
 		f |= featureContinued
 	}
+	if n.watermarks.Final {
+		f |= featureFinal
+	}
 	return f
 }
 

@@ -82,6 +82,44 @@ func TestContestedByPeersOnAnotherPlacement(t *testing.T) {
 	})
 }
 
+// A terminating peer that has made its final fence scrapes nothing more
+// and fences no later view (its filter is stopped while its queues
+// flush): gained targets neither wait for it to fence their view nor
+// count it as following another placement, and a hold waits only for its
+// samples before that fence. Before it announces the final fence, it is
+// waited for like any peer.
+func TestATerminatedPeerPastItsFinalFenceHoldsNothingBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := start(t, Options{HandoffTimeout: time.Minute})
+		r := ring.New([]string{"a", "c"}, 8)
+		old := RingID(ring.New([]string{"a", "b", "c"}, 8))
+		wm := cluster.Watermarks{FencedSeq: 5, LostSeq: 5, FencedRing: old, AckedSeq: 5, FencedPlacement: old}
+		h.cl.setPeer(participant("c", cluster.Watermarks{FencedSeq: 2, LostSeq: 2, FencedRing: RingID(r), AckedSeq: 2, FencedPlacement: RingID(r)}))
+		h.cl.setPeer(cluster.Peer{Name: "b", State: cluster.Terminating, Handoff: wm})
+		if h.c.Released(r, 0) || !h.c.Contested(r, 0) {
+			t.Fatal("a terminating peer before its final fence is not waited for")
+		}
+		wm.Final = true
+		h.cl.setPeer(cluster.Peer{Name: "b", State: cluster.Terminating, Handoff: wm})
+		if !h.c.Released(r, 0) {
+			t.Fatal("gained targets wait for a peer past its final fence to fence their view")
+		}
+		if h.c.Contested(r, 0) {
+			t.Fatal("a peer past its final fence counts as following another placement")
+		}
+
+		// Its samples are all acknowledged: the hold ends at once, not
+		// after waiting the hand-off delay for a fence that never comes.
+		h.c.Fenced(r, 0, true)
+		h.c.Activate(r, 0, []scrape.Unit{{Key: 9}})
+		h.remote.ack(wal.Position{Segment: 1 << 30})
+		synctest.Wait()
+		if h.remote.held() != 0 {
+			t.Fatal("hold waits for a later fence of a peer past its final fence")
+		}
+	})
+}
+
 // Run rechecks the filter when a contested wait times out: nothing else
 // would make the filter ask again.
 func TestContestTimeoutRechecksTheFilter(t *testing.T) {

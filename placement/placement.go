@@ -974,7 +974,7 @@ func (c *Coordinator) publishWatermarks() {
 }
 
 func (c *Coordinator) watermarksLocked() cluster.Watermarks {
-	return cluster.Watermarks{FencedSeq: c.fencedSeq, FencedRing: c.fencedRing, AckedSeq: c.ackedSeq, FencedPlacement: c.fencedGen, LostSeq: c.lostSeq, Continued: c.continued}
+	return cluster.Watermarks{FencedSeq: c.fencedSeq, FencedRing: c.fencedRing, AckedSeq: c.ackedSeq, FencedPlacement: c.fencedGen, LostSeq: c.lostSeq, Continued: c.continued, Final: c.finalSeq != 0}
 }
 
 // Admit implements scrape.Handoff: the gate decides which gained targets
@@ -996,11 +996,12 @@ func (v viewPeers) Contested() bool { return v.c.Contested(v.r, v.config) }
 
 // Released reports whether every live peer that may scrape has fenced r
 // under the same scrape configuration (the gate's release). Dead or left
-// nodes are not waited for.
+// nodes are not waited for, nor is a terminating node past its final
+// fence: it scrapes nothing more, and fences no later view.
 func (c *Coordinator) Released(r scrape.Placement, config uint64) bool {
 	id, old := ViewID(r, config), RingID(r)
 	for _, p := range c.peersToWaitFor() {
-		if !fencedView(p, id, old) {
+		if !p.Handoff.Final && !fencedView(p, id, old) {
 			return false
 		}
 	}
@@ -1026,8 +1027,9 @@ func (c *Coordinator) Delay() time.Duration { return c.gate.Delay() }
 // any of them and still scrape it: started now, such a target would be
 // scraped twice and the receiver would refuse one node's samples (a whole
 // request of them with most receivers). The wait ends when every such peer
-// has fenced r's generation, has left, or is a viewer (a viewer's fences
-// are made owning nothing), and at the latest --cluster.handoff-timeout
+// has fenced r's generation, has left, is a viewer (a viewer's fences are
+// made owning nothing), or has made its final fence (terminating, it
+// fences no later view while its queues flush), and at the latest --cluster.handoff-timeout
 // after it began (counted and logged), so that a peer whose view never
 // converges cannot stop targets for good. Peers that announce no
 // generation (none fenced yet, or an older version) and peers on r's
@@ -1038,7 +1040,7 @@ func (c *Coordinator) Contested(r scrape.Placement, config uint64) bool {
 	gen := RingID(r)
 	var who []string
 	for _, p := range c.peersToWaitFor() {
-		if p.State == cluster.Viewer || p.Handoff.FencedPlacement == 0 || p.Handoff.FencedPlacement == gen {
+		if p.State == cluster.Viewer || p.Handoff.Final || p.Handoff.FencedPlacement == 0 || p.Handoff.FencedPlacement == gen {
 			continue
 		}
 		who = append(who, p.Name)
@@ -1142,7 +1144,7 @@ func (c *Coordinator) Activate(r scrape.Placement, config uint64, units []scrape
 		// two nodes each holding for the other's next fence would
 		// otherwise wait for each other until the hand-off timeout. A
 		// peer that makes it later overlapped with this node anyway.
-		next := first || !fencedView(p, viewID, ringID)
+		next := first || !wm.Final && !fencedView(p, viewID, ringID)
 		if !next && wm.AckedSeq >= wm.LostSeq {
 			// Whatever it stopped scraping, its samples are delivered.
 			continue

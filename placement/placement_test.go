@@ -873,10 +873,17 @@ func TestTerminateWaitsForFinalFenceAcked(t *testing.T) {
 		if part || slices.Contains(r.Nodes(), "a") {
 			t.Fatalf("terminating node still owns targets: participant=%v ring=%v", part, r.Nodes())
 		}
-		// The filter fences everything and reports it.
+		if h.cl.Self().Handoff.Final {
+			t.Fatal("final fence announced before the filter made it")
+		}
+		// The filter fences everything and reports it; peers learn that
+		// this node scrapes nothing more.
 		_ = h.c.Fence(context.Background(), []scrape.Unit{{Key: 3}})
 		h.c.Fenced(r, 0, false)
 		synctest.Wait()
+		if wm := h.cl.Self().Handoff; !wm.Final || wm.FencedSeq == 0 {
+			t.Fatalf("after the final fence, announced %+v, want Final", wm)
+		}
 		select {
 		case <-done:
 			t.Fatal("Terminate returned before the final fence was acknowledged")
