@@ -173,6 +173,20 @@ func (t *Tracker) Carried() []placement.Departed {
 	return slices.Clone(t.local)
 }
 
+// Lives implements placement.Backlogs: the last state of every node the
+// tracker remembers (alive, or gone within its TTL) and the backlogs this
+// node stores. Alive ones too: the tracker's view may lag the caller's.
+func (t *Tracker) Lives() []placement.Departed {
+	t.refresh(false)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := slices.Clone(t.local)
+	for name, p := range t.last {
+		out = append(out, placement.Departed{Node: name, Start: p.StartTime, Seq: p.Handoff.LostSeq, Acked: p.Handoff.AckedSeq})
+	}
+	return out
+}
+
 // Pending implements placement.Backlogs. The tracker follows membership on
 // its own goroutine, so its view may be a moment behind the caller's (it
 // has not seen the node leave) or ahead of it (it already sees the node

@@ -179,3 +179,45 @@ func TestTrackerReleasesAFenceTheCarrierDelivered(t *testing.T) {
 		t.Error("a backlog this node carries is not judged by how far it is delivered")
 	}
 }
+
+// Lives names every node the tracker remembers, gone ones with the life
+// and last fence they left with, so that a hold placed after a node left
+// can still ask Pending about its backlog; and the backlogs this node
+// stores. A node forgotten after the TTL is no longer listed.
+func TestTrackerLivesNameDepartedNodesUntilTheTTL(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.UnixMilli(1000)
+		leaver := cluster.Peer{Name: "leaver", State: cluster.Terminating, StartTime: start, Handoff: cluster.Watermarks{FencedSeq: 3, LostSeq: 3, AckedSeq: 1}}
+		other := cluster.Peer{Name: "other", State: cluster.Participant, StartTime: start}
+		cl := newFakeCluster("owner")
+		cl.setPeers(leaver, other)
+		tr := NewTracker(cl, time.Hour, 5*time.Minute)
+		tr.refresh(true)
+		cl.setPeers(other)
+		tr.refresh(true)
+		local := placement.Departed{Node: "earlier", Start: time.UnixMilli(500), Seq: 9}
+		tr.setLocal([]placement.Departed{local})
+
+		lives := map[string]placement.Departed{}
+		for _, d := range tr.Lives() {
+			lives[d.Node] = d
+		}
+		want := placement.Departed{Node: "leaver", Start: start, Seq: 3, Acked: 1}
+		if got := lives["leaver"]; got != want {
+			t.Fatalf("the leaver's life: %+v, want %+v", got, want)
+		}
+		if got := lives["earlier"]; got != local {
+			t.Fatalf("the stored backlog: %+v, want %+v", got, local)
+		}
+		if _, ok := lives["other"]; !ok {
+			t.Fatal("an alive node is not listed (the caller's view may be ahead of the tracker's)")
+		}
+		time.Sleep(6 * time.Minute)
+		tr.refresh(true)
+		for _, d := range tr.Lives() {
+			if d.Node == "leaver" {
+				t.Fatal("a node gone longer than the TTL is still listed")
+			}
+		}
+	})
+}

@@ -1,11 +1,15 @@
 package placement
 
 import (
+	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/shoal-dev/shoal/cluster"
+	"github.com/shoal-dev/shoal/ring"
+	"github.com/shoal-dev/shoal/scrape"
 	"github.com/shoal-dev/shoal/wal"
 )
 
@@ -13,17 +17,26 @@ import (
 type fakeBacklogs struct {
 	mu      sync.Mutex
 	carried []Departed
+	// elsewhere are departed nodes' backlogs other nodes carry; gone
+	// are departed nodes with nothing pending.
+	elsewhere, gone []Departed
 }
 
 func (b *fakeBacklogs) Pending(node string, start time.Time, _ uint64, _ bool) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for _, d := range b.carried {
+	for _, d := range slices.Concat(b.carried, b.elsewhere) {
 		if d.Node == node && d.Start.Equal(start) {
 			return true
 		}
 	}
 	return false
+}
+
+func (b *fakeBacklogs) Lives() []Departed {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Concat(b.carried, b.elsewhere, b.gone)
 }
 
 func (b *fakeBacklogs) Carried() []Departed {
@@ -35,7 +48,50 @@ func (b *fakeBacklogs) Carried() []Departed {
 func (b *fakeBacklogs) deliver() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.carried = nil
+	b.carried, b.elsewhere = nil, nil
+}
+
+// A gained target may start after its old owner has left: the gate waited
+// on a peer that follows another placement, and meanwhile the old owner
+// handed its backlog to another node. The hold waits for that backlog as
+// for the peers alive when it is placed: sent before it, this node's
+// samples would make the backlog's older ones out of order at the remote
+// end. A departed node with nothing pending is not waited for.
+func TestHoldWaitsForTheBacklogOfANodeGoneBeforeIt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := &fakeBacklogs{}
+		h := start(t, Options{HandoffTimeout: time.Minute, Backlogs: b})
+		r := ring.New([]string{"a", "c"}, 8)
+		h.cl.setPeer(participant("c", cluster.Watermarks{FencedSeq: 2, LostSeq: 2, FencedRing: RingID(r), AckedSeq: 2, FencedPlacement: RingID(r)}))
+		h.c.Fenced(r, 0, true)
+
+		b.mu.Lock()
+		b.elsewhere = []Departed{{Node: "gone", Start: time.Unix(100, 0), Seq: 4, Acked: 3}}
+		b.mu.Unlock()
+		h.c.Activate(r, 0, []scrape.Unit{{Key: 9}})
+		h.remote.ack(wal.Position{Segment: 1 << 30})
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		if h.remote.held() != 1 {
+			t.Fatal("hold released while a departed node's backlog is still on its way")
+		}
+		b.deliver()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if h.remote.held() != 0 {
+			t.Fatal("hold kept after the backlog was delivered")
+		}
+
+		// Departed with nothing pending: no wait at all.
+		b.mu.Lock()
+		b.gone = []Departed{{Node: "gone", Start: time.Unix(100, 0), Seq: 4, Acked: 4}}
+		b.mu.Unlock()
+		h.c.Activate(r, 0, []scrape.Unit{{Key: 10}})
+		synctest.Wait()
+		if h.remote.held() != 0 {
+			t.Fatal("hold waits for a departed node with nothing pending")
+		}
+	})
 }
 
 // A node restarted while it carries a departed node's backlog may have

@@ -170,6 +170,13 @@ type Backlogs interface {
 	// Carried lists the departed nodes' backlogs this node itself holds,
 	// undelivered.
 	Carried() []Departed
+	// Lives lists the last known life of every node seen lately, alive
+	// or departed (Seq: its last fence that stopped targets), and the
+	// backlogs this node carries. A hold asks Pending about those
+	// absent from the membership it is placed under: a node may leave
+	// before this node starts the targets it left, its backlog still on
+	// its way to the receiver through another node.
+	Lives() []Departed
 }
 
 // Departed names a life of a node that left, the last fence of it and
@@ -1127,7 +1134,9 @@ func (c *Coordinator) Activate(r scrape.Placement, config uint64, units []scrape
 		viewID, ringID = ViewID(r, config), RingID(r)
 	}
 	need := map[string]peerNeed{}
+	alive := map[string]bool{c.opts.NodeName: true}
 	for _, p := range c.peersToWaitFor() {
+		alive[p.Name] = true
 		wm := p.Handoff
 		if wm.FencedSeq == 0 && !wm.Continued {
 			// A peer of a version without watermarks, or one that has not
@@ -1151,6 +1160,7 @@ func (c *Coordinator) Activate(r scrape.Placement, config uint64, units []scrape
 		}
 		need[p.Name] = peerNeed{seq: wm.LostSeq, fenced: wm.FencedSeq, next: next, first: first, start: p.StartTime}
 	}
+	c.needGone(need, alive)
 	h := &hold{pos: pos, start: now, due: now.Add(c.opts.HandoffTimeout), nextUntil: now.Add(c.opts.HandoffDelay), release: c.remote.Hold(pos), need: need, backlogs: c.opts.Backlogs}
 	c.mu.Lock()
 	c.holds = append(c.holds, h)
@@ -1360,6 +1370,27 @@ func (h *hold) waitingFor(alive map[string]cluster.Peer, now time.Time) []string
 	}
 	slices.Sort(out)
 	return out
+}
+
+// needGone adds to need the departed nodes (absent from alive) whose
+// backlog may still be pending with a carrier: a gained target can start
+// after its old owner has left (the gate waited on a peer that follows
+// another placement), and the old owner's last samples of it may then be
+// in a backlog handed over to another node. Without this, the hold waited
+// only for the peers alive when it was placed, and the backlog, delivered
+// after this node's samples, was refused as out of order. For a departed
+// node Pending alone decides (waitingFor), so one with nothing pending
+// costs nothing.
+func (c *Coordinator) needGone(need map[string]peerNeed, alive map[string]bool) {
+	if c.opts.Backlogs == nil {
+		return
+	}
+	for _, d := range c.opts.Backlogs.Lives() {
+		if _, ok := need[d.Node]; ok || alive[d.Node] {
+			continue
+		}
+		need[d.Node] = peerNeed{seq: d.Seq, fenced: d.Seq, start: d.Start}
+	}
 }
 
 // stoppedNothingSince reports whether p (ok: alive) has, in the life n
