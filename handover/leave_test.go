@@ -9,14 +9,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/shoal-dev/shoal/cluster"
-	"github.com/shoal-dev/shoal/placement"
 	"github.com/shoal-dev/shoal/wal"
 )
 
@@ -120,85 +118,6 @@ func TestLeaveThatCannotCompleteLeavesBacklogAndCountsWhy(t *testing.T) {
 		}
 		if progressOf(t, own) != before {
 			t.Error("progress changed by a failed hand-over")
-		}
-	})
-}
-
-// A replica started again on the storage of one that handed its backlog
-// over (a StatefulSet pod) scrapes the same targets again: its queues wait
-// until the peer that took the backlog has delivered it, or its newer
-// samples would make the backlog's older ones out of order at the remote
-// end. It waits while the peer announces the backlog, and until it has
-// seen the peer at all; once the peer is seen without it, the record is
-// done with.
-func TestRestartAfterHandOverWaitsForThePeersDelivery(t *testing.T) {
-	rcvCl := newFakeCluster("peer")
-	rcv := newTestService(t, rcvCl, Options{})
-	var leaverCl *fakeCluster
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rcv.ServeHTTP(w, r)
-		p := rcvCl.Self()
-		p.Self, p.HTTPAddr = false, r.Host
-		leaverCl.setPeers(p)
-	})
-	s, cl, _ := leaverWith(t, h, 10*time.Second)
-	leaverCl = cl
-	own := ownBacklog(t)
-	s.Leave(context.Background(), own)
-
-	again := newFakeCluster("leaver")
-	s2, err := New(Options{Dir: s.opts.Dir}, again, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s2.Close()
-	tr := s2.Tracker()
-	want := placement.Departed{Node: "leaver", Start: own.Start, Seq: own.Seq}
-	if got := tr.Carried(); len(got) != 1 || got[0] != want {
-		t.Fatalf("carried at start %+v, want the backlog handed over %+v", got, want)
-	}
-	if !tr.Pending("leaver", own.Start, own.Seq, false) {
-		t.Fatal("not pending before the peer that took it is seen")
-	}
-	carrier := rcvCl.Self()
-	carrier.Self = false
-	if len(carrier.Carried) != 1 {
-		t.Fatalf("the receiver announces %+v, want the backlog", carrier.Carried)
-	}
-	again.setPeers(carrier)
-	tr.refresh(true)
-	if !tr.Pending("leaver", own.Start, own.Seq, false) {
-		t.Fatal("not pending while the peer announces it")
-	}
-	carrier.Carried = nil
-	again.setPeers(carrier)
-	tr.refresh(true)
-	if tr.Pending("leaver", own.Start, own.Seq, false) {
-		t.Fatal("pending after the peer stopped announcing it")
-	}
-	if len(tr.Carried()) != 0 {
-		t.Fatalf("carried after delivery: %+v", tr.Carried())
-	}
-	if _, ok, err := s2.store.handedOver(); ok || err != nil {
-		t.Fatalf("record still there (%v) after delivery", err)
-	}
-}
-
-// A carrier never seen (down, or this node cannot join) is waited for
-// as long as a leaver gone with its backlog unannounced, not for ever.
-func TestHandedOverBacklogOfAnUnseenCarrierIsWaitedForUpToTheLeaverWait(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		tr := NewTracker(newFakeCluster("leaver"), time.Minute, 0)
-		start := time.UnixMilli(1000)
-		done := 0
-		tr.setOwn(placement.Departed{Node: "leaver", Start: start, Seq: 2}, "peer", func() { done++ })
-		time.Sleep(59 * time.Second)
-		if !tr.Pending("leaver", start, 2, true) {
-			t.Fatal("not pending within the wait")
-		}
-		time.Sleep(time.Second)
-		if tr.Pending("leaver", start, 2, true) || done != 1 {
-			t.Fatalf("pending past the wait (record done %d times)", done)
 		}
 	})
 }

@@ -183,7 +183,6 @@ func New(opts Options, cl Cluster, logger *slog.Logger, reg prometheus.Registere
 		m.unregister()
 		return nil, err
 	}
-	s.takeUpHandedOver()
 	return s, nil
 }
 

@@ -44,18 +44,6 @@ type Tracker struct {
 	// local are the backlogs this node stores: pending whatever gossip
 	// says (at start, before the first gossip, too).
 	local []placement.Departed
-	// own is the backlog this node's previous life handed over (nil:
-	// none, or delivered).
-	own *handedOverBacklog
-}
-
-// handedOverBacklog is a HandedOver the tracker follows until its carrier has
-// delivered it; done runs once, when it has.
-type handedOverBacklog struct {
-	d     placement.Departed
-	peer  string
-	since time.Time
-	done  func()
 }
 
 type seenCarry struct {
@@ -178,49 +166,11 @@ func (t *Tracker) setLocal(ds []placement.Departed) {
 	t.mu.Unlock()
 }
 
-// setOwn follows the backlog d this node's previous life handed to peer.
-func (t *Tracker) setOwn(d placement.Departed, peer string, done func()) {
-	t.mu.Lock()
-	t.own = &handedOverBacklog{d: d, peer: peer, since: t.now(), done: done}
-	t.mu.Unlock()
-}
-
-// Carried implements placement.Backlogs: the backlogs this node stores,
-// and the one its previous life handed over while it is not delivered
-// (placement holds the whole WAL behind both).
+// Carried implements placement.Backlogs.
 func (t *Tracker) Carried() []placement.Departed {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	out := slices.Clone(t.local)
-	if t.own != nil {
-		out = append(out, t.own.d)
-	}
-	return out
-}
-
-// ownPendingLocked answers Pending for the backlog this node's previous
-// life handed over. Its carrier announces it while it holds it; once the
-// carrier is seen alive without announcing it, it has delivered it (or
-// passed it on, and the next carrier announces it). Until the carrier is
-// seen at all (this node has not joined yet, or the carrier is down), it
-// is pending for up to the leaver wait, as for a leaver gone with its
-// backlog unannounced. It reports whether the record is done with.
-func (t *Tracker) ownPendingLocked(seq uint64) (pending, done bool) {
-	o := t.own
-	key := cluster.CarryKey(o.d.Node, o.d.Start)
-	if s, ok := t.seen[key]; ok {
-		return !deliveredThrough(s.acked, seq), false
-	}
-	if _, ok := t.delivered[key]; ok {
-		return false, true
-	}
-	if _, ok := t.alive[o.peer]; ok {
-		return false, true
-	}
-	if t.now().Sub(o.since) < t.wait {
-		return true, false
-	}
-	return false, true
+	return slices.Clone(t.local)
 }
 
 // Lives implements placement.Backlogs: the last state of every node the
@@ -245,17 +195,6 @@ func (t *Tracker) Lives() []placement.Departed {
 func (t *Tracker) Pending(node string, start time.Time, seq uint64, gone bool) bool {
 	t.refresh(false)
 	t.mu.Lock()
-	if o := t.own; o != nil && o.d.Node == node && o.d.Start.Equal(start) {
-		pending, done := t.ownPendingLocked(seq)
-		if done {
-			t.own = nil
-		}
-		t.mu.Unlock()
-		if done && o.done != nil {
-			o.done()
-		}
-		return pending
-	}
 	defer t.mu.Unlock()
 	for _, d := range t.local {
 		if d.Node == node && d.Start.Equal(start) {

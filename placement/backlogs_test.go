@@ -124,30 +124,6 @@ func TestRestartedCarrierHoldsItsWALUntilTheBacklogIsDelivered(t *testing.T) {
 	})
 }
 
-// A node whose previous life handed its own backlog to a peer holds its
-// whole WAL until that peer has delivered it, then at once: Pending
-// alone decides for such a life, although a node of that name (this
-// one) is alive with another start and has acknowledged nothing yet.
-func TestRestartAfterHandingOverHoldsItsWALUntilThePeerDelivers(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		b := &fakeBacklogs{elsewhere: []Departed{{Node: "a", Start: time.Unix(100, 0), Seq: 7}}}
-		b.carried = b.elsewhere // what Carried lists at start
-		h := start(t, Options{HandoffTimeout: time.Minute, Backlogs: b})
-		h.cl.becomeReady()
-		time.Sleep(10 * time.Second)
-		synctest.Wait()
-		if h.remote.held() != 1 {
-			t.Fatal("WAL not held while the previous life's backlog is with a peer")
-		}
-		b.deliver()
-		time.Sleep(time.Second)
-		synctest.Wait()
-		if h.remote.held() != 0 {
-			t.Fatal("hold kept after the peer delivered the backlog")
-		}
-	})
-}
-
 func TestRestartedCarrierHoldEndsAtTheHandoffTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := &fakeBacklogs{carried: []Departed{{Node: "d", Start: time.Unix(100, 0), Seq: 7}}}

@@ -340,11 +340,6 @@ type peerNeed struct {
 	// waiting for it points back in time: fenced+1 is waited for past
 	// nextUntil.
 	first bool
-	// backlog: a departed life whose backlog may be carried elsewhere
-	// (holdForCarried, needGone); Backlogs.Pending alone decides, whoever
-	// of that name is alive now (this node itself, for the backlog its
-	// previous life handed over).
-	backlog bool
 }
 
 // New returns a Coordinator. reg may be nil.
@@ -409,7 +404,7 @@ func (c *Coordinator) holdForCarried(ds []Departed) {
 	}
 	need := map[string]peerNeed{}
 	for _, d := range ds {
-		need[d.Node] = peerNeed{seq: d.Seq, start: d.Start, backlog: true}
+		need[d.Node] = peerNeed{seq: d.Seq, start: d.Start}
 	}
 	now := c.now()
 	c.holds = append(c.holds, &hold{start: now, due: now.Add(c.opts.HandoffTimeout), nextUntil: now,
@@ -1345,12 +1340,6 @@ func (h *hold) satisfied(alive map[string]cluster.Peer, now time.Time) bool {
 func (h *hold) waitingFor(alive map[string]cluster.Peer, now time.Time) []string {
 	var out []string
 	for name, n := range h.need {
-		if n.backlog {
-			if h.backlogs != nil && h.backlogs.Pending(name, n.start, n.seq, true) {
-				out = append(out, name)
-			}
-			continue
-		}
 		p, ok := alive[name]
 		seq := n.seq
 		if n.next && (n.first || now.Before(h.nextUntil)) && !stoppedNothingSince(p, ok, n) {
@@ -1400,7 +1389,7 @@ func (c *Coordinator) needGone(need map[string]peerNeed, alive map[string]bool) 
 		if _, ok := need[d.Node]; ok || alive[d.Node] {
 			continue
 		}
-		need[d.Node] = peerNeed{seq: d.Seq, fenced: d.Seq, start: d.Start, backlog: true}
+		need[d.Node] = peerNeed{seq: d.Seq, fenced: d.Seq, start: d.Start}
 	}
 }
 
@@ -1428,12 +1417,7 @@ func holdPeers(h *hold, alive map[string]cluster.Peer) string {
 	var parts []string
 	for _, name := range slices.Sorted(maps.Keys(h.need)) {
 		p, ok := alive[name]
-		n := h.need[name]
 		switch {
-		case n.backlog && h.backlogs != nil && h.backlogs.Pending(name, n.start, n.seq, true):
-			parts = append(parts, name+":backlog-pending")
-		case n.backlog:
-			parts = append(parts, name+":backlog-delivered")
 		case !ok && h.backlogs != nil && h.backlogs.Pending(name, h.need[name].start, h.need[name].seq, true):
 			parts = append(parts, name+":gone,backlog-pending")
 		case !ok:

@@ -57,13 +57,11 @@ type savedHold struct {
 }
 
 type savedNeed struct {
-	Seq    uint64 `json:"seq,omitempty"`
-	Fenced uint64 `json:"fenced,omitempty"`
-	Next   bool   `json:"next,omitempty"`
-	First  bool   `json:"first,omitempty"`
-	// Backlog is peerNeed.backlog; older versions wrote none.
-	Backlog bool      `json:"backlog,omitempty"`
-	Start   time.Time `json:"start"`
+	Seq    uint64    `json:"seq,omitempty"`
+	Fenced uint64    `json:"fenced,omitempty"`
+	Next   bool      `json:"next,omitempty"`
+	First  bool      `json:"first,omitempty"`
+	Start  time.Time `json:"start"`
 }
 
 // readState reads the state at path; ok is false when there is none.
@@ -117,7 +115,7 @@ func (c *Coordinator) restoreState() {
 func (sh savedHold) hold(release func(), backlogs Backlogs) *hold {
 	need := make(map[string]peerNeed, len(sh.Need))
 	for name, n := range sh.Need {
-		need[name] = peerNeed{seq: n.Seq, fenced: n.Fenced, next: n.Next, first: n.First, start: n.Start, backlog: n.Backlog}
+		need[name] = peerNeed{seq: n.Seq, fenced: n.Fenced, next: n.Next, first: n.First, start: n.Start}
 	}
 	return &hold{pos: sh.Pos, start: sh.Start, due: sh.Due, nextUntil: sh.NextUntil,
 		release: release, need: need, backlogs: backlogs, restored: true}
@@ -138,7 +136,7 @@ func (c *Coordinator) stateLocked(withCarried bool) savedState {
 		}
 		sh := savedHold{Pos: h.pos, Start: h.start, Due: h.due, NextUntil: h.nextUntil, Need: map[string]savedNeed{}}
 		for name, n := range h.need {
-			sh.Need[name] = savedNeed{Seq: n.seq, Fenced: n.fenced, Next: n.next, First: n.first, Start: n.start, Backlog: n.backlog}
+			sh.Need[name] = savedNeed{Seq: n.seq, Fenced: n.fenced, Next: n.next, First: n.first, Start: n.start}
 		}
 		st.Holds = append(st.Holds, sh)
 	}
