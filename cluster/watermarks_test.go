@@ -51,8 +51,13 @@ func TestWatermarksRoundTripAndOldMetadataDecodes(t *testing.T) {
 	}
 	// One whose fence numbering goes on from its previous life.
 	continued := []byte(`{"v":1,"s":"participant","t":1700000000000,"l":12,"fs":9,"as":8,"f":15}`)
-	if m, _, err = decodeMeta(continued); err != nil || !m.watermarks().Continued {
-		t.Fatalf("metadata with featureContinued: %+v (%v), want Continued", m.watermarks(), err)
+	if m, _, err = decodeMeta(continued); err != nil || !m.watermarks().Continued || m.watermarks().Final {
+		t.Fatalf("metadata with featureContinued: %+v (%v), want Continued, not Final", m.watermarks(), err)
+	}
+	// One past its final fence, numbering afresh.
+	final := []byte(`{"v":1,"s":"terminating","t":1700000000000,"l":12,"fs":9,"as":8,"f":23}`)
+	if m, _, err = decodeMeta(final); err != nil || !m.watermarks().Final || m.watermarks().Continued {
+		t.Fatalf("metadata with featureFinal: %+v (%v), want Final, not Continued", m.watermarks(), err)
 	}
 }
 

@@ -173,16 +173,22 @@ func (t *Tracker) Carried() []placement.Departed {
 	return slices.Clone(t.local)
 }
 
-// Lives implements placement.Backlogs: the last state of every node the
-// tracker remembers (alive, or gone within its TTL) and the backlogs this
-// node stores. Alive ones too: the tracker's view may lag the caller's.
+// Lives implements placement.Backlogs: the backlogs this node stores,
+// and the lives of the nodes it remembers (gone within its TTL, or alive
+// in its view, which may lag the caller's) whose backlog a carrier
+// announces. A leaver whose backlog nobody announces is left out: a hold
+// placed while it was alive waits for it (Pending's leaver wait), and one
+// placed after it left would otherwise wait up to that wait for a
+// hand-over that failed.
 func (t *Tracker) Lives() []placement.Departed {
 	t.refresh(false)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	out := slices.Clone(t.local)
 	for name, p := range t.last {
-		out = append(out, placement.Departed{Node: name, Start: p.StartTime, Seq: p.Handoff.LostSeq, Acked: p.Handoff.AckedSeq})
+		if _, ok := t.seen[cluster.CarryKey(name, p.StartTime)]; ok {
+			out = append(out, placement.Departed{Node: name, Start: p.StartTime, Seq: p.Handoff.LostSeq, Acked: p.Handoff.AckedSeq})
+		}
 	}
 	return out
 }

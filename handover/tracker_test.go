@@ -180,21 +180,23 @@ func TestTrackerReleasesAFenceTheCarrierDelivered(t *testing.T) {
 	}
 }
 
-// Lives names every node the tracker remembers, gone ones with the life
-// and last fence they left with, so that a hold placed after a node left
-// can still ask Pending about its backlog; and the backlogs this node
-// stores. A node forgotten after the TTL is no longer listed.
-func TestTrackerLivesNameDepartedNodesUntilTheTTL(t *testing.T) {
+// Lives names the lives whose backlog some node holds: those a carrier
+// announces (with the life and last fence they left with, so that a hold
+// placed after the node left can still ask Pending about it) and those
+// this node stores. A leaver whose backlog nobody announces, and a node
+// with none, are left out; so is a node forgotten after the TTL.
+func TestTrackerLivesNameBacklogsHeldElsewhereUntilTheTTL(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		start := time.UnixMilli(1000)
-		leaver := cluster.Peer{Name: "leaver", State: cluster.Terminating, StartTime: start, Handoff: cluster.Watermarks{FencedSeq: 3, LostSeq: 3, AckedSeq: 1}}
-		other := cluster.Peer{Name: "other", State: cluster.Participant, StartTime: start}
+		leaver := cluster.Peer{Name: "leaver", State: cluster.Terminating, StartTime: start, Handoff: cluster.Watermarks{FencedSeq: 4, LostSeq: 3, AckedSeq: 1}}
+		unannounced := cluster.Peer{Name: "unannounced", State: cluster.Terminating, StartTime: start, Handoff: cluster.Watermarks{FencedSeq: 2, LostSeq: 2, AckedSeq: 1}}
+		carrier := cluster.Peer{Name: "carrier", State: cluster.Participant, StartTime: start,
+			Carried: []cluster.Carry{{Of: cluster.CarryKey("leaver", start), Seq: 4}}}
 		cl := newFakeCluster("owner")
-		cl.setPeers(leaver, other)
+		cl.setPeers(leaver, unannounced, carrier)
 		tr := NewTracker(cl, time.Hour, 5*time.Minute)
-		tr.refresh(true)
-		cl.setPeers(other)
-		tr.refresh(true)
+		tr.refresh(true) // it saw them alive
+		cl.setPeers(carrier)
 		local := placement.Departed{Node: "earlier", Start: time.UnixMilli(500), Seq: 9}
 		tr.setLocal([]placement.Departed{local})
 
@@ -209,14 +211,15 @@ func TestTrackerLivesNameDepartedNodesUntilTheTTL(t *testing.T) {
 		if got := lives["earlier"]; got != local {
 			t.Fatalf("the stored backlog: %+v, want %+v", got, local)
 		}
-		if _, ok := lives["other"]; !ok {
-			t.Fatal("an alive node is not listed (the caller's view may be ahead of the tracker's)")
+		if len(lives) != 2 {
+			t.Fatalf("lives %+v: want only the announced and the stored backlog", lives)
 		}
 		time.Sleep(6 * time.Minute)
-		tr.refresh(true)
+		carrier.Carried = nil // delivered meanwhile
+		cl.setPeers(carrier)
 		for _, d := range tr.Lives() {
 			if d.Node == "leaver" {
-				t.Fatal("a node gone longer than the TTL is still listed")
+				t.Fatal("a delivered backlog, or a node gone longer than the TTL, is still listed")
 			}
 		}
 	})

@@ -18,14 +18,15 @@ type fakeBacklogs struct {
 	mu      sync.Mutex
 	carried []Departed
 	// elsewhere are departed nodes' backlogs other nodes carry; gone
-	// are departed nodes with nothing pending.
-	elsewhere, gone []Departed
+	// are departed nodes with nothing pending; pinned are pending and
+	// never delivered.
+	elsewhere, gone, pinned []Departed
 }
 
 func (b *fakeBacklogs) Pending(node string, start time.Time, _ uint64, _ bool) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for _, d := range slices.Concat(b.carried, b.elsewhere) {
+	for _, d := range slices.Concat(b.carried, b.elsewhere, b.pinned) {
 		if d.Node == node && d.Start.Equal(start) {
 			return true
 		}
@@ -36,7 +37,7 @@ func (b *fakeBacklogs) Pending(node string, start time.Time, _ uint64, _ bool) b
 func (b *fakeBacklogs) Lives() []Departed {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return slices.Concat(b.carried, b.elsewhere, b.gone)
+	return slices.Concat(b.carried, b.elsewhere, b.gone, b.pinned)
 }
 
 func (b *fakeBacklogs) Carried() []Departed {
@@ -67,6 +68,9 @@ func TestHoldWaitsForTheBacklogOfANodeGoneBeforeIt(t *testing.T) {
 
 		b.mu.Lock()
 		b.elsewhere = []Departed{{Node: "gone", Start: time.Unix(100, 0), Seq: 4, Acked: 3}}
+		// Lives of this node and of a live peer, pending for ever: a
+		// hold must not count them as departed.
+		b.pinned = []Departed{{Node: "a", Start: time.Unix(50, 0), Seq: 1}, {Node: "c", Start: time.Unix(50, 0), Seq: 1}}
 		b.mu.Unlock()
 		h.c.Activate(r, 0, []scrape.Unit{{Key: 9}})
 		h.remote.ack(wal.Position{Segment: 1 << 30})

@@ -108,6 +108,33 @@ func TestATerminatedPeerPastItsFinalFenceHoldsNothingBack(t *testing.T) {
 			t.Fatal("a peer past its final fence counts as following another placement")
 		}
 
+		// The flag counts only from a terminating peer.
+		h.cl.setPeer(participant("b", wm))
+		if h.c.Released(r, 0) || !h.c.Contested(r, 0) {
+			t.Fatal("a participant's final-fence flag was believed")
+		}
+		h.cl.setPeer(cluster.Peer{Name: "b", State: cluster.Terminating, Handoff: wm})
+
+		// Its samples not yet acknowledged: a hold waits for them.
+		unacked := wm
+		unacked.AckedSeq = 4
+		h.cl.setPeer(cluster.Peer{Name: "b", State: cluster.Terminating, Handoff: unacked})
+		h.c.Fenced(r, 0, true)
+		h.c.Activate(r, 0, []scrape.Unit{{Key: 8}})
+		h.remote.ack(wal.Position{Segment: 1 << 30})
+		time.Sleep(2 * DefaultHandoffDelay)
+		synctest.Wait()
+		if h.remote.held() != 1 {
+			t.Fatal("hold released before the peer past its final fence acknowledged its samples")
+		}
+		h.cl.setPeer(cluster.Peer{Name: "b", State: cluster.Terminating, Handoff: wm})
+		synctest.Wait()
+		time.Sleep(100 * time.Millisecond)
+		synctest.Wait()
+		if h.remote.held() != 0 {
+			t.Fatal("hold kept after the peer acknowledged its final fence")
+		}
+
 		// Its samples are all acknowledged: the hold ends at once, not
 		// after waiting the hand-off delay for a fence that never comes.
 		h.c.Fenced(r, 0, true)

@@ -170,9 +170,9 @@ type Backlogs interface {
 	// Carried lists the departed nodes' backlogs this node itself holds,
 	// undelivered.
 	Carried() []Departed
-	// Lives lists the last known life of every node seen lately, alive
-	// or departed (Seq: its last fence that stopped targets), and the
-	// backlogs this node carries. A hold asks Pending about those
+	// Lives lists the lives of nodes whose backlog is held by some node
+	// (Seq: their last fence that stopped targets): announced by a
+	// carrier, or stored by this one. A hold asks Pending about those
 	// absent from the membership it is placed under: a node may leave
 	// before this node starts the targets it left, its backlog still on
 	// its way to the receiver through another node.
@@ -1008,7 +1008,7 @@ func (v viewPeers) Contested() bool { return v.c.Contested(v.r, v.config) }
 func (c *Coordinator) Released(r scrape.Placement, config uint64) bool {
 	id, old := ViewID(r, config), RingID(r)
 	for _, p := range c.peersToWaitFor() {
-		if !p.Handoff.Final && !fencedView(p, id, old) {
+		if !pastFinalFence(p) && !fencedView(p, id, old) {
 			return false
 		}
 	}
@@ -1047,7 +1047,7 @@ func (c *Coordinator) Contested(r scrape.Placement, config uint64) bool {
 	gen := RingID(r)
 	var who []string
 	for _, p := range c.peersToWaitFor() {
-		if p.State == cluster.Viewer || p.Handoff.Final || p.Handoff.FencedPlacement == 0 || p.Handoff.FencedPlacement == gen {
+		if p.State == cluster.Viewer || pastFinalFence(p) || p.Handoff.FencedPlacement == 0 || p.Handoff.FencedPlacement == gen {
 			continue
 		}
 		who = append(who, p.Name)
@@ -1081,6 +1081,12 @@ func (c *Coordinator) Contested(r scrape.Placement, config uint64) bool {
 			"generation", fmt.Sprintf("%016x", gen), "peers", who, "timeout", c.opts.HandoffTimeout)
 	}
 	return !expired
+}
+
+// pastFinalFence reports whether p, terminating, has made its final
+// fence: it scrapes nothing more in this life and fences no later view.
+func pastFinalFence(p cluster.Peer) bool {
+	return p.State == cluster.Terminating && p.Handoff.Final
 }
 
 // fencedView reports whether p's last fence is of the view id. A peer of
@@ -1153,7 +1159,9 @@ func (c *Coordinator) Activate(r scrape.Placement, config uint64, units []scrape
 		// two nodes each holding for the other's next fence would
 		// otherwise wait for each other until the hand-off timeout. A
 		// peer that makes it later overlapped with this node anyway.
-		next := first || !wm.Final && !fencedView(p, viewID, ringID)
+		// A peer past its final fence makes no later one: what it stopped
+		// is all before that fence (LostSeq).
+		next := first || !pastFinalFence(p) && !fencedView(p, viewID, ringID)
 		if !next && wm.AckedSeq >= wm.LostSeq {
 			// Whatever it stopped scraping, its samples are delivered.
 			continue
@@ -1378,9 +1386,8 @@ func (h *hold) waitingFor(alive map[string]cluster.Peer, now time.Time) []string
 // another placement), and the old owner's last samples of it may then be
 // in a backlog handed over to another node. Without this, the hold waited
 // only for the peers alive when it was placed, and the backlog, delivered
-// after this node's samples, was refused as out of order. For a departed
-// node Pending alone decides (waitingFor), so one with nothing pending
-// costs nothing.
+// after this node's samples, was refused as out of order. Pending decides
+// for each (waitingFor), so a backlog delivered meanwhile costs nothing.
 func (c *Coordinator) needGone(need map[string]peerNeed, alive map[string]bool) {
 	if c.opts.Backlogs == nil {
 		return

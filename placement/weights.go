@@ -30,7 +30,7 @@ const (
 // DefaultMode is --cluster.placement's default, the one place it is
 // written. It stays the plain ring until a 50-replica scale-in under
 // bounded loads has been measured on a quiet machine; the rolling restart
-// that kept it so now holds (docs/DESIGN.md, Placement, "Default, and why
+// that kept it so now passes (docs/DESIGN.md, Placement, "Default, and why
 // it is still ring"; docs/SCALE.md, "Bounded loads at 50 replicas").
 const DefaultMode = ModeRing
 
