@@ -74,17 +74,7 @@ func TestHoldWaitsForTheBacklogOfANodeGoneBeforeIt(t *testing.T) {
 		b.mu.Unlock()
 		h.c.Activate(r, 0, []scrape.Unit{{Key: 9}})
 		h.remote.ack(wal.Position{Segment: 1 << 30})
-		time.Sleep(10 * time.Second)
-		synctest.Wait()
-		if h.remote.held() != 1 {
-			t.Fatal("hold released while a departed node's backlog is still on its way")
-		}
-		b.deliver()
-		time.Sleep(time.Second)
-		synctest.Wait()
-		if h.remote.held() != 0 {
-			t.Fatal("hold kept after the backlog was delivered")
-		}
+		heldUntilDelivered(t, h, b, "a departed node's backlog is still on its way")
 
 		// Departed with nothing pending: no wait at all.
 		b.mu.Lock()
@@ -114,18 +104,26 @@ func TestRestartedCarrierHoldsItsWALUntilTheBacklogIsDelivered(t *testing.T) {
 		if len(positions) != 1 || positions[0] != (wal.Position{}) {
 			t.Fatalf("holds at start %v, want one at the WAL's first position", positions)
 		}
-		time.Sleep(10 * time.Second)
-		synctest.Wait()
-		if h.remote.held() != 1 {
-			t.Fatal("hold released while the backlog is still carried")
-		}
-		b.deliver()
-		time.Sleep(time.Second)
-		synctest.Wait()
-		if h.remote.held() != 0 {
-			t.Fatal("hold kept after the backlog was delivered")
-		}
+		heldUntilDelivered(t, h, b, "the backlog is still carried")
 	})
+}
+
+// heldUntilDelivered checks, in a synctest bubble, that h's one hold
+// stays while b's backlogs are pending (why) and goes once they are
+// delivered.
+func heldUntilDelivered(t *testing.T, h *harness, b *fakeBacklogs, why string) {
+	t.Helper()
+	time.Sleep(10 * time.Second)
+	synctest.Wait()
+	if h.remote.held() != 1 {
+		t.Fatalf("hold released while %s", why)
+	}
+	b.deliver()
+	time.Sleep(time.Second)
+	synctest.Wait()
+	if h.remote.held() != 0 {
+		t.Fatal("hold kept after the backlog was delivered")
+	}
 }
 
 func TestRestartedCarrierHoldEndsAtTheHandoffTimeout(t *testing.T) {
