@@ -188,6 +188,13 @@ type Departed struct {
 	Acked uint64
 }
 
+// need is what a hold waits for of a departed life: its backlog up to
+// its last fence, wherever it is (Backlogs.Pending); such a life makes no
+// next fence.
+func (d Departed) need() peerNeed {
+	return peerNeed{seq: d.Seq, start: d.Start}
+}
+
 func (o Options) withDefaults() Options {
 	if o.ReplicationFactor < 1 {
 		o.ReplicationFactor = 1
@@ -404,7 +411,7 @@ func (c *Coordinator) holdForCarried(ds []Departed) {
 	}
 	need := map[string]peerNeed{}
 	for _, d := range ds {
-		need[d.Node] = peerNeed{seq: d.Seq, start: d.Start}
+		need[d.Node] = d.need()
 	}
 	now := c.now()
 	c.holds = append(c.holds, &hold{start: now, due: now.Add(c.opts.HandoffTimeout), nextUntil: now,
@@ -1396,7 +1403,7 @@ func (c *Coordinator) needGone(need map[string]peerNeed, alive map[string]bool) 
 		if _, ok := need[d.Node]; ok || alive[d.Node] {
 			continue
 		}
-		need[d.Node] = peerNeed{seq: d.Seq, fenced: d.Seq, start: d.Start}
+		need[d.Node] = d.need()
 	}
 }
 
