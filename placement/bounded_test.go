@@ -669,10 +669,12 @@ func TestBoundedPublisherChangesAreBuiltOnceTheySettle(t *testing.T) {
 func TestBoundedOnlyWhenEveryParticipantRunsIt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := start(t, Options{Placement: ModeBounded, Tokens: 64})
-		h.cl.becomeReady()
+		// b is there before a is ready: a alone would place (and publish)
+		// with bounded loads.
 		onRing := participant("b", cluster.Watermarks{})
 		onRing.Capabilities = Capabilities(ModeRing)
 		h.cl.setPeer(onRing)
+		h.cl.becomeReady()
 		synctest.Wait()
 		isRing := func(want bool) {
 			t.Helper()

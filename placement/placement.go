@@ -814,6 +814,11 @@ func (c *Coordinator) publishWeights(r scrape.Placement, u map[uint64]float64, s
 	if _, ok := r.(*bounded); c.weigher == nil || !ok {
 		return false // ModeRing, or the cluster places on the ring (boundedAgreed)
 	}
+	if !c.cl.Ready() {
+		// Before it has joined, a node sees only itself: whether the
+		// cluster agrees on bounded loads is not known yet.
+		return false
+	}
 	// Between full publications, what this node publishes follows the
 	// placement and the sets alone: every membership event asks again
 	// (watermarks move all through a hand-off), and going over every
