@@ -1,7 +1,9 @@
 package e2e
 
 import (
+	"bytes"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"regexp"
@@ -223,6 +225,65 @@ func TestHandoverRefusedByPeerKeepsBacklogForRestart(t *testing.T) {
 	runHandoverFailure(t, 2, []string{"--cluster.handover.max-bytes=1KB"}, "too_large")
 }
 
+// A StatefulSet pod that handed its backlog over as it stopped, started
+// again on the same storage, scrapes the same targets: it stays a viewer
+// (not ready, owning nothing) until the peer has delivered that backlog,
+// so that its newer samples cannot reach the remote end first.
+func TestHandoverRestartOnItsStorageWaitsForThePeersDelivery(t *testing.T) {
+	needBinary(t)
+	targets := startTargets(t, 12, 1)
+	recv := startGatedReceiver(t)
+	cfg := durabilityConfig(t, targetAddrs(targets), recv.writeURL(), "min_backoff: 50ms", "max_backoff: 1s")
+	nodes := newClusterAgents(t, 2, cfg, 2)
+	for _, a := range nodes {
+		a.spec.extraArgs = handoverArgs()
+	}
+	keepLogs(t, nodes)
+	startCluster(t, nodes)
+	if owners := waitConverged(t, nodes, targets); !slices.Contains(slices.Collect(maps.Values(owners)), nodes[0].spec.name) {
+		fatalf(t, "%s owns no target, so it has no backlog to hand over: %v", nodes[0].spec.name, owners)
+	}
+	waitServed(t, targets, time.Now(), 2, convergeTimeout)
+	recv.status.Store(503)
+	waitServed(t, targets, time.Now(), 5, convergeTimeout)
+	a := nodes[0]
+	a.stop()
+	if logLine(t, a, "Backlog handed over") == "" {
+		fatalf(t, "%s handed no backlog over as it stopped", a.spec.name)
+	}
+	waitConverged(t, nodes[1:], targets)
+	a.start()
+	const why = "waiting for a peer to deliver the backlog the previous run handed over"
+	eventually(t, convergeTimeout, a.spec.name+" waiting for the peer's delivery", func() error {
+		if err := a.exitedEarly(); err != nil {
+			fatal(t, err)
+		}
+		resp, err := httpClient.Get(a.url("/-/ready"))
+		if err != nil {
+			return err
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.Contains(string(body), why) {
+			return fmt.Errorf("/-/ready: %s: %s", resp.Status, bytes.TrimSpace(body))
+		}
+		return nil
+	})
+	recv.status.Store(0)
+	a.waitReady(convergeTimeout)
+	if logLine(t, a, "The backlog the previous run handed over is delivered") == "" {
+		errorf(t, "%s became ready without logging the delivery", a.spec.name)
+	}
+	waitConverged(t, nodes, targets)
+	want := servedNow(targets)
+	checkCounters(t, recv.testReceiver, targets, want, nil)
+	recv.checkNoRejections(t)
+	if st := recv.Stats(); st.Dropped != 0 {
+		errorf(t, "receiver dropped %d exact duplicates", st.Dropped)
+	}
+	checkNoFailedSamples(t, nodes)
+}
+
 // runHandoverFailure runs n replicas (the peers with peerArgs), stops the
 // first while the remote end is down, requires its hand-over to fail with
 // reason, starts it again on the same storage and checks that every
@@ -280,7 +341,6 @@ func runHandoverFailure(t *testing.T, n int, peerArgs []string, reason string) {
 	checkNoFailedSamples(t, nodes)
 }
 
-// logLine returns the last line of a's log containing s.
 // busiestNode returns the node owning the most targets and the others.
 func busiestNode(nodes []*agent, owners ownership) (*agent, []*agent) {
 	count := map[string]int{}
@@ -297,6 +357,7 @@ func busiestNode(nodes []*agent, owners ownership) (*agent, []*agent) {
 	return nodes[best], rest
 }
 
+// logLine returns the last line of a's log containing s.
 func logLine(t *testing.T, a *agent, s string) string {
 	t.Helper()
 	b, err := os.ReadFile(a.logPath)

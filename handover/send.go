@@ -71,7 +71,7 @@ func (s *Service) Leave(ctx context.Context, own *Own) {
 		s.logger.Error("Cannot list the backlogs taken over; they stay on this node's storage", "err", err)
 	}
 	for _, b := range pend {
-		if s.send(ctx, b.Dir, b.Header) != nil {
+		if _, err := s.send(ctx, b.Dir, b.Header); err != nil {
 			continue
 		}
 		if err := s.store.Delivered(b.ID); err != nil {
@@ -85,8 +85,15 @@ func (s *Service) Leave(ctx context.Context, own *Own) {
 		return
 	}
 	h := Header{ID: newID(), Node: own.Node, Start: own.Start.UnixMilli(), Seq: own.Seq, HandOff: own.HandOff}
-	if s.send(ctx, own.Dir, h) != nil {
+	peer, err := s.send(ctx, own.Dir, h)
+	if err != nil {
 		return
+	}
+	// Recorded before the progress is marked: a replica started on this
+	// storage then either sends the backlog itself or waits for the peer's
+	// delivery, never neither.
+	if err := s.store.setHandedOver(HandedOver{Node: h.Node, Start: h.Start, Seq: h.Seq, Peer: peer}); err != nil {
+		s.logger.Error("Backlog handed over but not recorded; a replica started on this storage may send newer samples before the peer delivers it", "err", err)
 	}
 	walDir, progressDir := backlogDirs(own.Dir)
 	if err := remotewrite.MarkHandedOver(walDir, progressDir, own.Queues, own.End); err != nil {
@@ -107,8 +114,9 @@ type backlogFile struct {
 	size int64
 }
 
-// send hands the backlog in root to one peer, trying them in turn.
-func (s *Service) send(ctx context.Context, root string, h Header) error {
+// send hands the backlog in root to one peer, trying them in turn, and
+// returns the peer that took it.
+func (s *Service) send(ctx context.Context, root string, h Header) (peer string, _ error) {
 	st := &TransferStatus{ID: h.ID, Node: h.Node, Started: time.Now()}
 	s.statusMu.Lock()
 	s.sending = st
@@ -135,8 +143,9 @@ func (s *Service) send(ctx context.Context, root string, h Header) error {
 	}
 	s.statusMu.Lock()
 	s.sending, s.last = nil, st
+	peer = st.Peer
 	s.statusMu.Unlock()
-	return err
+	return peer, err
 }
 
 func (s *Service) sendTo(ctx context.Context, root string, h *Header, st *TransferStatus) (reason string, _ error) {

@@ -183,6 +183,7 @@ func New(opts Options, cl Cluster, logger *slog.Logger, reg prometheus.Registere
 		m.unregister()
 		return nil, err
 	}
+	s.takeUpHandedOver()
 	return s, nil
 }
 

@@ -44,6 +44,9 @@ type Tracker struct {
 	// local are the backlogs this node stores: pending whatever gossip
 	// says (at start, before the first gossip, too).
 	local []placement.Departed
+	// own is the backlog this node's previous life handed over (nil:
+	// none, or done with).
+	own *handedOverBacklog
 }
 
 type seenCarry struct {

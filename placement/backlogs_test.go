@@ -21,6 +21,8 @@ type fakeBacklogs struct {
 	// are departed nodes with nothing pending; pinned are pending and
 	// never delivered.
 	elsewhere, gone, pinned []Departed
+	// handedOverUntil ends HandedOverWait (zero: nothing to wait for).
+	handedOverUntil time.Time
 }
 
 func (b *fakeBacklogs) Pending(node string, start time.Time, _ uint64, _ bool) bool {
@@ -38,6 +40,18 @@ func (b *fakeBacklogs) Lives() []Departed {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return slices.Concat(b.carried, b.elsewhere, b.gone, b.pinned)
+}
+
+func (b *fakeBacklogs) HandedOverWait() time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return max(time.Until(b.handedOverUntil), 0)
+}
+
+func (b *fakeBacklogs) setHandedOverUntil(t time.Time) {
+	b.mu.Lock()
+	b.handedOverUntil = t
+	b.mu.Unlock()
 }
 
 func (b *fakeBacklogs) Carried() []Departed {
@@ -151,4 +165,33 @@ func TestNodeWithoutCarriedBacklogsStartsUnheld(t *testing.T) {
 			t.Fatalf("%d holds at start without carried backlogs", n)
 		}
 	})
+}
+
+// A replica started on the storage of one that handed its backlog over
+// (a StatefulSet pod) scrapes the same targets again: it stays a viewer,
+// owning none, until the peer has delivered that backlog (it wakes on the
+// peer's announcement), or until the wait runs out (it wakes on time).
+func TestReplicaStaysViewerUntilItsHandedOverBacklogIsDelivered(t *testing.T) {
+	for _, delivered := range []bool{true, false} {
+		synctest.Test(t, func(t *testing.T) {
+			b := &fakeBacklogs{handedOverUntil: time.Now().Add(time.Minute)}
+			h := start(t, Options{Backlogs: b})
+			h.cl.becomeReady()
+			time.Sleep(30 * time.Second)
+			synctest.Wait()
+			if s := h.cl.Self().State; s != cluster.Viewer {
+				t.Fatalf("state %s while the backlog handed over may be undelivered", s)
+			}
+			if delivered {
+				b.setHandedOverUntil(time.Time{})
+				h.cl.notify() // the carrier withdraws its announcement
+			} else {
+				time.Sleep(30 * time.Second)
+			}
+			synctest.Wait()
+			if s := h.cl.Self().State; s != cluster.Participant {
+				t.Fatalf("state %s once the wait is over (delivered: %v)", s, delivered)
+			}
+		})
+	}
 }

@@ -177,6 +177,12 @@ type Backlogs interface {
 	// before this node starts the targets it left, its backlog still on
 	// its way to the receiver through another node.
 	Lives() []Departed
+	// HandedOverWait is how much longer, at most, this node waits before
+	// it becomes a participant for the backlog its previous life handed
+	// over as it stopped (a replica started again on the same storage
+	// scrapes the same targets, and its newer samples must not reach the
+	// remote end first); 0 when there is nothing to wait for.
+	HandedOverWait() time.Duration
 }
 
 // Departed names a life of a node that left, the last fence of it and
@@ -578,17 +584,24 @@ func (c *Coordinator) Run(ctx context.Context) {
 		}
 	}()
 	for {
+		var handedOver time.Duration
 		if waiting == nil && c.cl.Self().State == cluster.Viewer && !c.isTerminating() {
 			// The caller runs Run once the configuration is loaded and the
-			// WAL replayed, and the cluster is ready: this node may own targets.
-			if err := c.cl.SetState(cluster.Participant); err != nil {
-				c.logger.Warn("Announcing participant state failed", "err", err)
+			// WAL replayed, and the cluster is ready: this node may own
+			// targets, once what its previous life handed over is delivered.
+			if handedOver = c.handedOverWait(); handedOver == 0 {
+				if err := c.cl.SetState(cluster.Participant); err != nil {
+					c.logger.Warn("Announcing participant state failed", "err", err)
+				}
 			}
 		}
 		c.updateRing()
 		c.step()
 		var timerC <-chan time.Time
-		if d := c.nextWake(); d > 0 {
+		if d := c.nextWake(); d > 0 || handedOver > 0 {
+			if handedOver > 0 && (d == 0 || handedOver < d) {
+				d = handedOver
+			}
 			if timer == nil {
 				timer = time.NewTimer(d)
 			} else {
@@ -614,6 +627,14 @@ func (c *Coordinator) Run(ctx context.Context) {
 			timer.Stop()
 		}
 	}
+}
+
+// handedOverWait is Backlogs.HandedOverWait (0 without Backlogs).
+func (c *Coordinator) handedOverWait() time.Duration {
+	if c.opts.Backlogs == nil {
+		return 0
+	}
+	return c.opts.Backlogs.HandedOverWait()
 }
 
 func (c *Coordinator) isTerminating() bool {

@@ -1,0 +1,148 @@
+package handover
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/shoal-dev/shoal/cluster"
+	"github.com/shoal-dev/shoal/internal/atomicfile"
+	"github.com/shoal-dev/shoal/placement"
+)
+
+// HandedOver records this node's own backlog as it left: handed to Peer,
+// its fences up to Seq, from the life that started at Start. A replica
+// started again on the same storage (a StatefulSet pod) scrapes the same
+// targets again, and its newer samples would make the backlog's older ones
+// out of order at the remote end if they got there first: it becomes a
+// participant only once Peer has delivered the backlog.
+type HandedOver struct {
+	Node  string `json:"node"`
+	Start int64  `json:"start"` // Unix milliseconds, as the carry key has it
+	Seq   uint64 `json:"seq"`
+	Peer  string `json:"peer"`
+}
+
+// handedOverFile is where the store keeps the record, beside the
+// backlogs taken over.
+const handedOverFile = "handed-over.json"
+
+func (s *Store) setHandedOver(h HandedOver) error {
+	b, err := json.Marshal(h)
+	if err != nil {
+		return err
+	}
+	return atomicfile.Write(filepath.Join(s.dir, handedOverFile), b)
+}
+
+// handedOver reads the record; ok is false when there is none.
+func (s *Store) handedOver() (h HandedOver, ok bool, err error) {
+	path := filepath.Join(s.dir, handedOverFile)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return h, false, nil
+	}
+	if err != nil {
+		return h, false, err
+	}
+	if err := json.Unmarshal(b, &h); err != nil {
+		return h, false, fmt.Errorf("%s: %w", path, err)
+	}
+	return h, true, nil
+}
+
+func (s *Store) clearHandedOver() error {
+	err := os.Remove(filepath.Join(s.dir, handedOverFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return err
+}
+
+// takeUpHandedOver gives the tracker the backlog this node's previous
+// life handed over, if any, before placement first asks about it. The
+// record goes once the tracker is done with it.
+func (s *Service) takeUpHandedOver() {
+	h, ok, err := s.store.handedOver()
+	if err != nil {
+		s.logger.Warn("Cannot read which backlog the previous run handed over; not waiting for its delivery", "err", err)
+		return
+	}
+	if !ok {
+		return
+	}
+	d := placement.Departed{Node: h.Node, Start: time.UnixMilli(h.Start), Seq: h.Seq}
+	s.tracker.setOwn(d, h.Peer, func(delivered bool) {
+		if delivered {
+			s.logger.Info("The backlog the previous run handed over is delivered", "peer", h.Peer)
+		} else {
+			s.logger.Warn("Stopped waiting for the backlog the previous run handed over; its samples may be refused as out of order", "peer", h.Peer, "waited", s.opts.LeaverWait)
+		}
+		if err := s.store.clearHandedOver(); err != nil {
+			s.logger.Warn("Cannot remove the record of the backlog handed over", "err", err)
+		}
+	})
+	s.logger.Info("Waiting to scrape until the backlog the previous run handed over is delivered", "peer", h.Peer, "seq", h.Seq)
+}
+
+// handedOverBacklog is a HandedOver the tracker follows until its carrier has
+// delivered it or the wait ran out; done runs once, then.
+type handedOverBacklog struct {
+	d     placement.Departed
+	peer  string
+	since time.Time
+	done  func(delivered bool)
+}
+
+// setOwn follows the backlog d this node's previous life handed to peer.
+func (t *Tracker) setOwn(d placement.Departed, peer string, done func(delivered bool)) {
+	t.mu.Lock()
+	t.own = &handedOverBacklog{d: d, peer: peer, since: t.now(), done: done}
+	t.mu.Unlock()
+}
+
+// HandedOverWait implements placement.Backlogs. The carrier announces the
+// backlog while it holds it; once the carrier is seen alive without
+// announcing it, it has delivered it (a carrier that passes it on as it
+// leaves is gone, and the next one announces it). Until the carrier is
+// seen at all (this node has not joined yet, or the carrier is down), it
+// may still be pending. Either way the wait ends after the leaver wait
+// (the hand-off timeout), as a hold does.
+func (t *Tracker) HandedOverWait() time.Duration {
+	t.refresh(false)
+	t.mu.Lock()
+	o := t.own
+	if o == nil {
+		t.mu.Unlock()
+		return 0
+	}
+	left := o.since.Add(t.wait).Sub(t.now())
+	delivered := t.ownDeliveredLocked()
+	if !delivered && left > 0 {
+		t.mu.Unlock()
+		return left
+	}
+	t.own = nil
+	t.mu.Unlock()
+	if o.done != nil {
+		o.done(delivered)
+	}
+	return 0
+}
+
+func (t *Tracker) ownDeliveredLocked() bool {
+	o := t.own
+	key := cluster.CarryKey(o.d.Node, o.d.Start)
+	if s, ok := t.seen[key]; ok {
+		return deliveredThrough(s.acked, o.d.Seq)
+	}
+	if _, ok := t.delivered[key]; ok {
+		return true
+	}
+	_, alive := t.alive[o.peer]
+	return alive
+}
