@@ -80,7 +80,7 @@ func (s *Service) takeUpHandedOver() {
 		if delivered {
 			s.logger.Info("The backlog the previous run handed over is delivered", "peer", h.Peer)
 		} else {
-			s.logger.Warn("Stopped waiting for the backlog the previous run handed over; its samples may be refused as out of order", "peer", h.Peer, "waited", s.opts.LeaverWait)
+			s.logger.Warn("Stopped waiting for the backlog the previous run handed over; its samples may be refused as out of order", "peer", h.Peer, "waited", s.tracker.wait)
 		}
 		if err := s.store.clearHandedOver(); err != nil {
 			s.logger.Warn("Cannot remove the record of the backlog handed over", "err", err)
@@ -92,26 +92,40 @@ func (s *Service) takeUpHandedOver() {
 // handedOverBacklog is a HandedOver the tracker follows until its carrier has
 // delivered it or the wait ran out; done runs once, then.
 type handedOverBacklog struct {
-	d     placement.Departed
-	peer  string
+	d    placement.Departed
+	peer string
+	// since is when placement first asked: the wait starts once this
+	// node could take part, not while its WAL replays.
 	since time.Time
-	done  func(delivered bool)
+	// quietSince is when the carrier was first seen alive, a participant,
+	// without announcing the backlog, which it was never seen announcing.
+	quietSince time.Time
+	done       func(delivered bool)
 }
+
+// quietCarrierSettle is how long a carrier must be seen without the
+// backlog it took, never having been seen announcing it, before the
+// backlog counts as delivered: the first view of it may come from a peer
+// whose copy of its metadata predates the announcement (an update lost
+// from the gossip queue is repaired by the next push/pull, every 10 s).
+const quietCarrierSettle = 25 * time.Second
 
 // setOwn follows the backlog d this node's previous life handed to peer.
 func (t *Tracker) setOwn(d placement.Departed, peer string, done func(delivered bool)) {
 	t.mu.Lock()
-	t.own = &handedOverBacklog{d: d, peer: peer, since: t.now(), done: done}
+	t.own = &handedOverBacklog{d: d, peer: peer, done: done}
 	t.mu.Unlock()
 }
 
 // HandedOverWait implements placement.Backlogs. The carrier announces the
-// backlog while it holds it; once the carrier is seen alive without
-// announcing it, it has delivered it (a carrier that passes it on as it
-// leaves is gone, and the next one announces it). Until the carrier is
-// seen at all (this node has not joined yet, or the carrier is down), it
-// may still be pending. Either way the wait ends after the leaver wait
-// (the hand-off timeout), as a hold does.
+// backlog while it holds it. It has delivered it once a carrier seen
+// announcing it withdraws it as a participant (one that withdraws it while
+// terminating passes it on, and the next carrier announces it), or once
+// the carrier has been seen as a participant without it for
+// quietCarrierSettle. Until then, and while the carrier is not seen (this
+// node has not joined yet, or the carrier is down), it may still be
+// pending. Either way the wait ends after the leaver wait (the hand-off
+// timeout), as a hold does.
 func (t *Tracker) HandedOverWait() time.Duration {
 	t.refresh(false)
 	t.mu.Lock()
@@ -120,8 +134,12 @@ func (t *Tracker) HandedOverWait() time.Duration {
 		t.mu.Unlock()
 		return 0
 	}
-	left := o.since.Add(t.wait).Sub(t.now())
-	delivered := t.ownDeliveredLocked()
+	now := t.now()
+	if o.since.IsZero() {
+		o.since = now
+	}
+	left := o.since.Add(t.wait).Sub(now)
+	delivered := t.ownDeliveredLocked(now)
 	if !delivered && left > 0 {
 		t.mu.Unlock()
 		return left
@@ -134,15 +152,23 @@ func (t *Tracker) HandedOverWait() time.Duration {
 	return 0
 }
 
-func (t *Tracker) ownDeliveredLocked() bool {
+func (t *Tracker) ownDeliveredLocked(now time.Time) bool {
 	o := t.own
 	key := cluster.CarryKey(o.d.Node, o.d.Start)
 	if s, ok := t.seen[key]; ok {
+		o.quietSince = time.Time{}
 		return deliveredThrough(s.acked, o.d.Seq)
 	}
 	if _, ok := t.delivered[key]; ok {
 		return true
 	}
-	_, alive := t.alive[o.peer]
-	return alive
+	p, alive := t.alive[o.peer]
+	if !alive || p.State != cluster.Participant {
+		o.quietSince = time.Time{}
+		return false
+	}
+	if o.quietSince.IsZero() {
+		o.quietSince = now
+	}
+	return now.Sub(o.quietSince) >= quietCarrierSettle
 }

@@ -29,10 +29,13 @@ import (
 type Own struct {
 	// Dir is --storage.path, holding wal/ and remotewrite/.
 	Dir string
-	// Node, Start and Seq name this node's life and its last fence.
+	// Node, Start and Seq name this node's life and its last fence;
+	// Final says that fence is its final one (Watermarks.Final): nothing
+	// in the backlog comes after it.
 	Node  string
 	Start time.Time
 	Seq   uint64
+	Final bool
 	// Queues are the remote-write queue names and End the WAL's end:
 	// after a transfer, their progress is marked as sent up to End.
 	Queues []string
@@ -92,7 +95,13 @@ func (s *Service) Leave(ctx context.Context, own *Own) {
 	// Recorded before the progress is marked: a replica started on this
 	// storage then either sends the backlog itself or waits for the peer's
 	// delivery, never neither.
-	if err := s.store.setHandedOver(HandedOver{Node: h.Node, Start: h.Start, Seq: h.Seq, Peer: peer}); err != nil {
+	rec := HandedOver{Node: h.Node, Start: h.Start, Peer: peer}
+	if own.Final {
+		// Otherwise samples after Seq are in the backlog too, and only
+		// the whole backlog's delivery ends the wait.
+		rec.Seq = h.Seq
+	}
+	if err := s.store.setHandedOver(rec); err != nil {
 		s.logger.Error("Backlog handed over but not recorded; a replica started on this storage may send newer samples before the peer delivers it", "err", err)
 	}
 	walDir, progressDir := backlogDirs(own.Dir)

@@ -136,12 +136,15 @@ func (t *Tracker) refresh(force bool) {
 	for key, s := range t.seen {
 		p, ok := alive[s.carrier]
 		switch {
-		case ok && !announces(p, key):
-			// Delivered, or passed on: the next carrier announces it
-			// (and seen follows it on the next refresh).
+		case ok && announces(p, key):
+		case ok && p.State == cluster.Terminating:
+			// Passed on as it leaves: the next carrier announces it
+			// (and seen follows it), which may reach this node after
+			// the withdrawal. Pending meanwhile, as for a gone carrier.
+		case ok:
 			delete(t.seen, key)
 			t.delivered[key] = now
-		case !ok && now.Sub(s.at) > t.ttl:
+		case now.Sub(s.at) > t.ttl:
 			delete(t.seen, key)
 		}
 	}

@@ -170,28 +170,35 @@ func TestNodeWithoutCarriedBacklogsStartsUnheld(t *testing.T) {
 // A replica started on the storage of one that handed its backlog over
 // (a StatefulSet pod) scrapes the same targets again: it stays a viewer,
 // owning none, until the peer has delivered that backlog (it wakes on the
-// peer's announcement), or until the wait runs out (it wakes on time).
+// peer's announcement, and asks again within handedOverPoll in case Backlogs
+// had not seen it yet), or until the wait runs out (it wakes on time).
 func TestReplicaStaysViewerUntilItsHandedOverBacklogIsDelivered(t *testing.T) {
-	for _, delivered := range []bool{true, false} {
-		synctest.Test(t, func(t *testing.T) {
-			b := &fakeBacklogs{handedOverUntil: time.Now().Add(time.Minute)}
-			h := start(t, Options{Backlogs: b})
-			h.cl.becomeReady()
-			time.Sleep(30 * time.Second)
-			synctest.Wait()
-			if s := h.cl.Self().State; s != cluster.Viewer {
-				t.Fatalf("state %s while the backlog handed over may be undelivered", s)
-			}
-			if delivered {
-				b.setHandedOverUntil(time.Time{})
-				h.cl.notify() // the carrier withdraws its announcement
-			} else {
+	for _, end := range []string{"delivered, announced", "delivered, seen late", "wait ran out"} {
+		t.Run(end, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				b := &fakeBacklogs{handedOverUntil: time.Now().Add(time.Minute)}
+				h := start(t, Options{Backlogs: b})
+				h.cl.becomeReady()
 				time.Sleep(30 * time.Second)
-			}
-			synctest.Wait()
-			if s := h.cl.Self().State; s != cluster.Participant {
-				t.Fatalf("state %s once the wait is over (delivered: %v)", s, delivered)
-			}
+				synctest.Wait()
+				if s := h.cl.Self().State; s != cluster.Viewer {
+					t.Fatalf("state %s while the backlog handed over may be undelivered", s)
+				}
+				switch end {
+				case "delivered, announced":
+					b.setHandedOverUntil(time.Time{})
+					h.cl.notify() // the carrier withdraws its announcement
+				case "delivered, seen late":
+					b.setHandedOverUntil(time.Time{})
+					time.Sleep(handedOverPoll)
+				default:
+					time.Sleep(30 * time.Second)
+				}
+				synctest.Wait()
+				if s := h.cl.Self().State; s != cluster.Participant {
+					t.Fatalf("state %s once the wait is over (%s)", s, end)
+				}
+			})
 		})
 	}
 }

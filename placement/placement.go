@@ -77,6 +77,11 @@ const (
 	// ackPoll is how often pending fences are checked against the queues'
 	// acknowledged position; it bounds how late "acked seq" is gossiped.
 	ackPoll = 20 * time.Millisecond
+	// handedOverPoll is how often a node waiting for the backlog its
+	// previous life handed over asks again: Backlogs follows membership on
+	// its own goroutine, and the change that woke this node may not have
+	// reached it yet.
+	handedOverPoll = time.Second
 	// holdWarnAfter is how long a hold may last before it is logged with
 	// what it waits for: holds normally last milliseconds, and one that
 	// lasts holds every sample this node writes.
@@ -589,7 +594,7 @@ func (c *Coordinator) Run(ctx context.Context) {
 			// The caller runs Run once the configuration is loaded and the
 			// WAL replayed, and the cluster is ready: this node may own
 			// targets, once what its previous life handed over is delivered.
-			if handedOver = c.handedOverWait(); handedOver == 0 {
+			if handedOver = min(c.handedOverWait(), handedOverPoll); handedOver == 0 {
 				if err := c.cl.SetState(cluster.Participant); err != nil {
 					c.logger.Warn("Announcing participant state failed", "err", err)
 				}

@@ -76,7 +76,7 @@ func (a *agent) handOver() {
 		}
 		self := a.node.Self()
 		own = &handover.Own{
-			Dir: a.f.storagePath, Node: self.Name, Start: self.StartTime, Seq: self.Handoff.FencedSeq,
+			Dir: a.f.storagePath, Node: self.Name, Start: self.StartTime, Seq: self.Handoff.FencedSeq, Final: self.Handoff.Final,
 			Queues: remotewrite.QueueNames(a.cfg.Load()), End: end,
 		}
 		// The holds the queues were behind go with the backlog.
