@@ -194,12 +194,7 @@ func TestHandoverOfAHoldingLeaverLosesNothing(t *testing.T) {
 
 	recv.status.Store(0)
 	t.Logf("remote end back")
-	checkCounters(t, recv.testReceiver, targets, servedNow(targets), nil)
-	recv.checkNoRejections(t)
-	if st := recv.Stats(); st.Dropped != 0 {
-		errorf(t, "receiver dropped %d exact duplicates: a sample was sent twice", st.Dropped)
-	}
-	checkNoFailedSamples(t, nodes)
+	checkEveryValueOnce(t, recv, targets, nodes)
 	for _, a := range nodes {
 		if v, err := a.metricValue("shoal_handover_prometheus_remote_storage_samples_failed_total", nil); err == nil && v != 0 {
 			errorf(t, "%s: %v samples of a backlog taken over failed", a.spec.name, v)
@@ -230,22 +225,7 @@ func TestHandoverRefusedByPeerKeepsBacklogForRestart(t *testing.T) {
 // (not ready, owning nothing) until the peer has delivered that backlog,
 // so that its newer samples cannot reach the remote end first.
 func TestHandoverRestartOnItsStorageWaitsForThePeersDelivery(t *testing.T) {
-	needBinary(t)
-	targets := startTargets(t, 12, 1)
-	recv := startGatedReceiver(t)
-	cfg := durabilityConfig(t, targetAddrs(targets), recv.writeURL(), "min_backoff: 50ms", "max_backoff: 1s")
-	nodes := newClusterAgents(t, 2, cfg, 2)
-	for _, a := range nodes {
-		a.spec.extraArgs = handoverArgs()
-	}
-	keepLogs(t, nodes)
-	startCluster(t, nodes)
-	if owners := waitConverged(t, nodes, targets); !slices.Contains(slices.Collect(maps.Values(owners)), nodes[0].spec.name) {
-		fatalf(t, "%s owns no target, so it has no backlog to hand over: %v", nodes[0].spec.name, owners)
-	}
-	waitServed(t, targets, time.Now(), 2, convergeTimeout)
-	recv.status.Store(503)
-	waitServed(t, targets, time.Now(), 5, convergeTimeout)
+	targets, recv, nodes := startBehindRemoteEnd(t, 2, nil)
 	a := nodes[0]
 	a.stop()
 	if logLine(t, a, "Backlog handed over") == "" {
@@ -275,13 +255,7 @@ func TestHandoverRestartOnItsStorageWaitsForThePeersDelivery(t *testing.T) {
 		errorf(t, "%s became ready without logging the delivery", a.spec.name)
 	}
 	waitConverged(t, nodes, targets)
-	want := servedNow(targets)
-	checkCounters(t, recv.testReceiver, targets, want, nil)
-	recv.checkNoRejections(t)
-	if st := recv.Stats(); st.Dropped != 0 {
-		errorf(t, "receiver dropped %d exact duplicates", st.Dropped)
-	}
-	checkNoFailedSamples(t, nodes)
+	checkEveryValueOnce(t, recv, targets, nodes)
 }
 
 // runHandoverFailure runs n replicas (the peers with peerArgs), stops the
@@ -289,27 +263,7 @@ func TestHandoverRestartOnItsStorageWaitsForThePeersDelivery(t *testing.T) {
 // reason, starts it again on the same storage and checks that every
 // counter value served arrives, none refused and none twice.
 func runHandoverFailure(t *testing.T, n int, peerArgs []string, reason string) {
-	needBinary(t)
-	// Twelve targets: with four, the ring gave the first replica none in
-	// one run of eight, and it then had no backlog to hand over.
-	targets := startTargets(t, 12, 1)
-	recv := startGatedReceiver(t)
-	cfg := durabilityConfig(t, targetAddrs(targets), recv.writeURL(), "min_backoff: 50ms", "max_backoff: 1s")
-	nodes := newClusterAgents(t, n, cfg, n)
-	for i, a := range nodes {
-		a.spec.extraArgs = handoverArgs()
-		if i > 0 {
-			a.spec.extraArgs = append(a.spec.extraArgs, peerArgs...)
-		}
-	}
-	keepLogs(t, nodes)
-	startCluster(t, nodes)
-	if owners := waitConverged(t, nodes, targets); !slices.Contains(slices.Collect(maps.Values(owners)), nodes[0].spec.name) {
-		fatalf(t, "%s owns no target, so it has no backlog to hand over: %v", nodes[0].spec.name, owners)
-	}
-	waitServed(t, targets, time.Now(), 2, convergeTimeout)
-	recv.status.Store(503)
-	waitServed(t, targets, time.Now(), 5, convergeTimeout)
+	targets, recv, nodes := startBehindRemoteEnd(t, n, peerArgs)
 	a := nodes[0]
 	began := time.Now()
 	a.stop()
@@ -332,11 +286,48 @@ func runHandoverFailure(t *testing.T, n int, peerArgs []string, reason string) {
 	a.waitReady(convergeTimeout)
 	waitConverged(t, nodes, targets)
 	recv.status.Store(0)
-	want := servedNow(targets)
-	checkCounters(t, recv.testReceiver, targets, want, nil)
+	checkEveryValueOnce(t, recv, targets, nodes)
+}
+
+// startBehindRemoteEnd starts n replicas (the peers with peerArgs) over
+// twelve targets, with the remote end down once every target has been
+// served 2 times, until they have been served 5 more: the first replica,
+// which owns some, then has a backlog to hand over.
+func startBehindRemoteEnd(t *testing.T, n int, peerArgs []string) ([]*target, *gatedReceiver, []*agent) {
+	t.Helper()
+	needBinary(t)
+	// Twelve targets: with four, the ring gave the first replica none in
+	// one run of eight, and it then had no backlog to hand over.
+	targets := startTargets(t, 12, 1)
+	recv := startGatedReceiver(t)
+	cfg := durabilityConfig(t, targetAddrs(targets), recv.writeURL(), "min_backoff: 50ms", "max_backoff: 1s")
+	nodes := newClusterAgents(t, n, cfg, n)
+	for i, a := range nodes {
+		a.spec.extraArgs = handoverArgs()
+		if i > 0 {
+			a.spec.extraArgs = append(a.spec.extraArgs, peerArgs...)
+		}
+	}
+	keepLogs(t, nodes)
+	startCluster(t, nodes)
+	if owners := waitConverged(t, nodes, targets); !slices.Contains(slices.Collect(maps.Values(owners)), nodes[0].spec.name) {
+		fatalf(t, "%s owns no target, so it has no backlog to hand over: %v", nodes[0].spec.name, owners)
+	}
+	waitServed(t, targets, time.Now(), 2, convergeTimeout)
+	recv.status.Store(503)
+	waitServed(t, targets, time.Now(), 5, convergeTimeout)
+	return targets, recv, nodes
+}
+
+// checkEveryValueOnce checks that every counter value the targets served
+// has arrived, none refused and none sent twice, and that no replica
+// counted a failed sample.
+func checkEveryValueOnce(t *testing.T, recv *gatedReceiver, targets []*target, nodes []*agent) {
+	t.Helper()
+	checkCounters(t, recv.testReceiver, targets, servedNow(targets), nil)
 	recv.checkNoRejections(t)
 	if st := recv.Stats(); st.Dropped != 0 {
-		errorf(t, "receiver dropped %d exact duplicates", st.Dropped)
+		errorf(t, "receiver dropped %d exact duplicates: a sample was sent twice", st.Dropped)
 	}
 	checkNoFailedSamples(t, nodes)
 }

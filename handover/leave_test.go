@@ -52,19 +52,26 @@ func progressOf(t *testing.T, own *Own) string {
 	return string(b)
 }
 
-func TestLeaveHandsOverAndMarksOwnProgressSent(t *testing.T) {
-	rcvCl := newFakeCluster("peer")
-	rcv := newTestService(t, rcvCl, Options{})
+// leaverToPeer returns a leaving Service whose only peer is the Service
+// rcv (on rcvCl); the leaver sees rcv's announcements as soon as it has
+// answered a transfer, as gossip would show them.
+func leaverToPeer(t *testing.T) (s *Service, reg *prometheus.Registry, rcv *Service, rcvCl *fakeCluster) {
+	t.Helper()
+	rcvCl = newFakeCluster("peer")
+	rcv = newTestService(t, rcvCl, Options{})
 	var leaverCl *fakeCluster
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rcv.ServeHTTP(w, r)
-		// What the leaver would see through gossip.
 		p := rcvCl.Self()
 		p.Self, p.HTTPAddr = false, r.Host
 		leaverCl.setPeers(p)
 	})
-	s, cl, reg := leaverWith(t, h, 10*time.Second)
-	leaverCl = cl
+	s, leaverCl, reg = leaverWith(t, h, 10*time.Second)
+	return s, reg, rcv, rcvCl
+}
+
+func TestLeaveHandsOverAndMarksOwnProgressSent(t *testing.T) {
+	s, reg, rcv, _ := leaverToPeer(t)
 	own := ownBacklog(t)
 	s.Leave(context.Background(), own)
 	if pend, _ := rcv.store.Pending(); len(pend) != 1 || pend[0].End != own.End {

@@ -2,7 +2,6 @@ package handover
 
 import (
 	"context"
-	"net/http"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -16,17 +15,7 @@ import (
 // and until it has seen that peer at all; once the peer is seen without
 // it, the backlog is delivered and the record is done with.
 func TestReplicaOnAHandedOverStorageWaitsForThePeersDelivery(t *testing.T) {
-	rcvCl := newFakeCluster("peer")
-	rcv := newTestService(t, rcvCl, Options{})
-	var leaverCl *fakeCluster
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rcv.ServeHTTP(w, r)
-		p := rcvCl.Self()
-		p.Self, p.HTTPAddr = false, r.Host
-		leaverCl.setPeers(p)
-	})
-	s, cl, _ := leaverWith(t, h, 10*time.Second)
-	leaverCl = cl
+	s, _, _, rcvCl := leaverToPeer(t)
 	own := ownBacklog(t)
 	s.Leave(context.Background(), own)
 	rec, ok, err := s.store.handedOver()
