@@ -3,7 +3,6 @@ package handover
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -41,18 +40,8 @@ func (s *Store) setHandedOver(h HandedOver) error {
 
 // handedOver reads the record; ok is false when there is none.
 func (s *Store) handedOver() (h HandedOver, ok bool, err error) {
-	path := filepath.Join(s.dir, handedOverFile)
-	b, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return h, false, nil
-	}
-	if err != nil {
-		return h, false, err
-	}
-	if err := json.Unmarshal(b, &h); err != nil {
-		return h, false, fmt.Errorf("%s: %w", path, err)
-	}
-	return h, true, nil
+	ok, err = atomicfile.ReadJSON(filepath.Join(s.dir, handedOverFile), &h)
+	return h, ok, err
 }
 
 func (s *Store) clearHandedOver() error {

@@ -181,8 +181,8 @@ func TestReplicaStaysViewerUntilItsHandedOverBacklogIsDelivered(t *testing.T) {
 				h.cl.becomeReady()
 				time.Sleep(30 * time.Second)
 				synctest.Wait()
-				if s := h.cl.Self().State; s != cluster.Viewer {
-					t.Fatalf("state %s while the backlog handed over may be undelivered", s)
+				if s := h.cl.Self().State; s != cluster.Viewer || !h.c.WaitsForHandedOver() {
+					t.Fatalf("state %s (waits for it: %v) while the backlog handed over may be undelivered", s, h.c.WaitsForHandedOver())
 				}
 				switch end {
 				case "delivered, announced":
@@ -195,8 +195,8 @@ func TestReplicaStaysViewerUntilItsHandedOverBacklogIsDelivered(t *testing.T) {
 					time.Sleep(30 * time.Second)
 				}
 				synctest.Wait()
-				if s := h.cl.Self().State; s != cluster.Participant {
-					t.Fatalf("state %s once the wait is over (%s)", s, end)
+				if s := h.cl.Self().State; s != cluster.Participant || h.c.WaitsForHandedOver() {
+					t.Fatalf("state %s (waits for it: %v) once the wait is over (%s)", s, h.c.WaitsForHandedOver(), end)
 				}
 			})
 		})

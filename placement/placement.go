@@ -281,6 +281,9 @@ type Coordinator struct {
 	holds       []*hold
 	ackedCh     chan struct{} // closed and replaced when ackedSeq moves
 	continued   bool          // the numbering goes on from the previous life (Watermarks.Continued)
+	// waitsHandedOver: Run keeps this node a viewer for the backlog its
+	// previous life handed over (WaitsForHandedOver).
+	waitsHandedOver bool
 	// unclean: the previous life ended without its final fence
 	// acknowledged, so it may have scraped after its last fence: the
 	// first fence of this life counts as one that stopped targets.
@@ -594,7 +597,11 @@ func (c *Coordinator) Run(ctx context.Context) {
 			// The caller runs Run once the configuration is loaded and the
 			// WAL replayed, and the cluster is ready: this node may own
 			// targets, once what its previous life handed over is delivered.
-			if handedOver = min(c.handedOverWait(), handedOverPoll); handedOver == 0 {
+			handedOver = min(c.handedOverWait(), handedOverPoll)
+			c.mu.Lock()
+			c.waitsHandedOver = handedOver > 0
+			c.mu.Unlock()
+			if handedOver == 0 {
 				if err := c.cl.SetState(cluster.Participant); err != nil {
 					c.logger.Warn("Announcing participant state failed", "err", err)
 				}
@@ -603,10 +610,7 @@ func (c *Coordinator) Run(ctx context.Context) {
 		c.updateRing()
 		c.step()
 		var timerC <-chan time.Time
-		if d := c.nextWake(); d > 0 || handedOver > 0 {
-			if handedOver > 0 && (d == 0 || handedOver < d) {
-				d = handedOver
-			}
+		if d := sooner(c.nextWake(), handedOver); d > 0 {
 			if timer == nil {
 				timer = time.NewTimer(d)
 			} else {
@@ -640,6 +644,15 @@ func (c *Coordinator) handedOverWait() time.Duration {
 		return 0
 	}
 	return c.opts.Backlogs.HandedOverWait()
+}
+
+// WaitsForHandedOver reports whether this node stays a viewer until a
+// peer has delivered the backlog its previous life handed over
+// (Backlogs.HandedOverWait), as of its last look.
+func (c *Coordinator) WaitsForHandedOver() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.waitsHandedOver
 }
 
 func (c *Coordinator) isTerminating() bool {
@@ -1354,20 +1367,22 @@ func (c *Coordinator) nextWake() time.Duration {
 		// Acknowledgements are polled; peers' watermarks arrive as changes.
 		d = ackPoll
 	}
-	if t := c.configWakeLocked(c.now()); t > 0 && (d == 0 || t < d) {
-		d = t
-	}
+	d = sooner(d, c.configWakeLocked(c.now()))
 	if at := c.inputsDueAtLocked(); !at.IsZero() {
-		if t := max(at.Sub(c.now()), time.Millisecond); d == 0 || t < d {
-			d = t
-		}
+		d = sooner(d, max(at.Sub(c.now()), time.Millisecond))
 	}
 	if c.contestGen != 0 && !c.contestExpired {
 		// The wake-up signals Changes: the filter asks the gate again,
 		// which asks Contested.
-		if t := c.contestSince.Add(c.opts.HandoffTimeout).Sub(c.now()); t > 0 && (d == 0 || t < d) {
-			d = t
-		}
+		d = sooner(d, c.contestSince.Add(c.opts.HandoffTimeout).Sub(c.now()))
+	}
+	return d
+}
+
+// sooner is the earlier of two wake-ups, where 0 (or less) is none.
+func sooner(d, t time.Duration) time.Duration {
+	if t > 0 && (d <= 0 || t < d) {
+		return t
 	}
 	return d
 }

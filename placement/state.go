@@ -3,10 +3,7 @@ package placement
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 	"time"
 
 	"github.com/shoal-dev/shoal/internal/atomicfile"
@@ -66,15 +63,8 @@ type savedNeed struct {
 
 // readState reads the state at path; ok is false when there is none.
 func readState(path string) (st savedState, ok bool, err error) {
-	b, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return st, false, nil
-	}
-	if err != nil {
+	if ok, err = atomicfile.ReadJSON(path, &st); !ok || err != nil {
 		return st, false, err
-	}
-	if err := json.Unmarshal(b, &st); err != nil {
-		return st, false, fmt.Errorf("%s: %w", path, err)
 	}
 	if st.Version != stateVersion {
 		return st, false, fmt.Errorf("%s: version %d, this build reads %d", path, st.Version, stateVersion)

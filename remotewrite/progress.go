@@ -2,9 +2,7 @@ package remotewrite
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
@@ -44,15 +42,11 @@ type progressFile struct {
 // readProgress loads a progress file. found is false (with no error) when the
 // file does not exist.
 func readProgress(path string) (pf progressFile, found bool, err error) {
-	b, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return pf, false, nil
-	}
-	if err != nil {
-		return pf, false, err
-	}
-	if err := json.Unmarshal(b, &pf); err != nil {
-		return progressFile{}, false, fmt.Errorf("parse progress file %s: %w", path, err)
+	if found, err = atomicfile.ReadJSON(path, &pf); !found || err != nil {
+		if err != nil {
+			err = fmt.Errorf("parse progress file: %w", err)
+		}
+		return progressFile{}, false, err
 	}
 	if pf.Version != progressVersion {
 		return progressFile{}, false, fmt.Errorf("progress file %s: unsupported version %d", path, pf.Version)

@@ -521,7 +521,7 @@ func (a *agent) ready() (bool, string) {
 		}
 		return false, fmt.Sprintf("waiting for %d cluster members (--cluster.wait-for-size) or --cluster.wait-timeout", a.f.waitForSize)
 	case a.node != nil && a.node.Self().State != cluster.Participant:
-		if b := a.backlogs(); b != nil && b.HandedOverWait() > 0 {
+		if a.placement != nil && a.placement.WaitsForHandedOver() {
 			return false, "waiting for a peer to deliver the backlog the previous run handed over"
 		}
 		return false, "not yet a participant"

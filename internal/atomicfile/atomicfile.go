@@ -3,6 +3,10 @@
 package atomicfile
 
 import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 
@@ -29,4 +33,20 @@ func Write(path string, data []byte) error {
 		return err
 	}
 	return fileutil.Rename(tmp.Name(), path)
+}
+
+// ReadJSON decodes the JSON file at path (one Write put there) into v;
+// found is false, with no error, when there is no such file.
+func ReadJSON(path string, v any) (found bool, err error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return false, fmt.Errorf("%s: %w", path, err)
+	}
+	return true, nil
 }

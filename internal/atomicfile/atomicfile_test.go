@@ -3,6 +3,7 @@ package atomicfile
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -24,5 +25,27 @@ func TestWriteReplacesAndLeavesNoTemporaryFiles(t *testing.T) {
 	}
 	if err := Write(filepath.Join(dir, "missing", "x"), []byte("x")); err == nil {
 		t.Fatal("writing into a missing directory succeeded")
+	}
+}
+
+// ReadJSON tells a missing file (not found, no error) from a damaged one
+// (an error naming it), and reads back what Write wrote.
+func TestReadJSONTellsMissingFromDamaged(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.json")
+	var v struct{ N int }
+	if found, err := ReadJSON(path, &v); found || err != nil {
+		t.Fatalf("missing file: found %v, err %v", found, err)
+	}
+	if err := Write(path, []byte(`{"N": 7}`)); err != nil {
+		t.Fatal(err)
+	}
+	if found, err := ReadJSON(path, &v); !found || err != nil || v.N != 7 {
+		t.Fatalf("found %v, err %v, read %+v", found, err, v)
+	}
+	if err := Write(path, []byte(`{"N": `)); err != nil {
+		t.Fatal(err)
+	}
+	if found, err := ReadJSON(path, &v); found || err == nil || !strings.Contains(err.Error(), path) {
+		t.Fatalf("damaged file: found %v, err %v", found, err)
 	}
 }
