@@ -176,3 +176,13 @@ func TestAnnounceWaitFollowsTheGossipSettings(t *testing.T) {
 		}
 	}
 }
+
+// A peer's announcement is relied on (placement's contest) only after
+// UpdateBound: an update whose direct push was lost waits behind the one
+// before for at most one announce wait, and is gossiped within another.
+func TestUpdateBoundIsTwoAnnounceWaits(t *testing.T) {
+	n := &Node{gossipRound: 200 * time.Millisecond, gossipFanout: 3, gossipMult: 6}
+	if got, want := n.UpdateBound(), 2*n.announceWait(1, 1); got != want {
+		t.Fatalf("UpdateBound() of a node not started = %v, want %v", got, want)
+	}
+}

@@ -614,6 +614,20 @@ func (n *Node) announceWait(members, backoff int) time.Duration {
 	return time.Duration(announceRounds*rounds*backoff) * n.gossipRound
 }
 
+// UpdateBound is how long an update of this node's metadata may take to
+// reach every alive peer when its direct push is lost: its gossip may wait
+// behind the previous update for one announce wait, and memberlist sends
+// it as often as it does within another. Peers' updates reach this node
+// within the same bound (every member runs the same settings), which is
+// what makes a peer's announcement older than it safe to rely on.
+func (n *Node) UpdateBound() time.Duration {
+	members := 1
+	if ml := n.memberlist(); ml != nil {
+		members = ml.NumMembers()
+	}
+	return 2 * n.announceWait(members, 1)
+}
+
 // announce runs UpdateNode until memberlist has delivered the current
 // metadata: what changed while an update was being sent goes next, and an
 // update whose delivery is not reported within announceWait is sent again.

@@ -1,6 +1,7 @@
 package placement
 
 import (
+	"slices"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -8,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/shoal-dev/shoal/cluster"
+	"github.com/shoal-dev/shoal/placement/gate"
 	"github.com/shoal-dev/shoal/ring"
 	"github.com/shoal-dev/shoal/scrape"
 	"github.com/shoal-dev/shoal/wal"
@@ -152,7 +154,9 @@ func TestATerminatedPeerPastItsFinalFenceHoldsNothingBack(t *testing.T) {
 func TestContestTimeoutRechecksTheFilter(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := start(t, Options{HandoffTimeout: time.Minute})
+		h.remote.ack(wal.Position{Segment: 1 << 30}) // no acknowledgement polls
 		rechecks := followView(t, h.c, nil)
+		time.Sleep(time.Second)
 		synctest.Wait()
 		r := ring.New([]string{"a", "b"}, 8)
 		other := ring.New([]string{"b"}, 8)
@@ -243,4 +247,106 @@ func TestHandoffDelayZeroIsTheDefaultForGateAndHold(t *testing.T) {
 			})
 		})
 	}
+}
+
+// A contending peer holds back only the gained targets it may own under
+// the generation it follows, when this node built that generation too, the
+// peer places by the same scrape configuration and the contest has lasted
+// the cluster's update bound. A generation this node never built, another
+// configuration, or a target the ring does not place hold them all, as no
+// owner can be told.
+func TestContestHoldsOnlyTheTargetsThePeerMayOwn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := start(t, Options{HandoffTimeout: time.Minute})
+		const cfg = 0x1234567890
+		h.c.Configured(cfg, 0)
+		peer := func(name string, state cluster.State, gen uint64) cluster.Peer {
+			p := participant(name, cluster.Watermarks{FencedSeq: 1, LostSeq: 1, FencedRing: gen, AckedSeq: 1, FencedPlacement: gen})
+			p.State = state
+			p.ScrapeConfig = cluster.ConfigIDs{Cur: shortID(cfg)}
+			return p
+		}
+		for _, n := range []string{"b", "c", "d"} {
+			h.cl.setPeer(peer(n, cluster.Participant, 0))
+		}
+		h.cl.becomeReady()
+		synctest.Wait()
+		old := h.c.Ring()
+		// d leaves; b still follows the generation before, c has fenced
+		// the new one.
+		h.cl.setPeer(peer("d", cluster.Terminating, RingID(old)))
+		synctest.Wait()
+		r := h.c.Ring()
+		if !slices.Equal(old.Nodes(), []string{"a", "b", "c", "d"}) || !slices.Equal(r.Nodes(), []string{"a", "b", "c"}) {
+			t.Fatalf("rings %v then %v, want [a b c d] then [a b c]", old.Nodes(), r.Nodes())
+		}
+		h.cl.setPeer(peer("b", cluster.Participant, RingID(old)))
+		h.cl.setPeer(peer("c", cluster.Participant, RingID(r)))
+		synctest.Wait()
+
+		cands := []gate.Candidate{{Key: keyMovedTo(t, old, r, "d", "a"), Known: true, Placed: true}}
+		h.c.Fenced(r, cfg, true)
+		h.c.Admit(time.Now(), r, cfg, cands)
+		time.Sleep(DefaultHandoffDelay)
+		if a := h.c.Admit(time.Now(), r, cfg, cands); a.Start[0] {
+			t.Fatal("a target of the leaver started before its final fence")
+		}
+		final := peer("d", cluster.Terminating, RingID(old))
+		final.Handoff.Final = true
+		h.cl.setPeer(final)
+		synctest.Wait()
+		// b's announcement is relied on only once the contest has lasted
+		// the cluster's update bound: before, it may hide a newer one.
+		h.remote.ack(wal.Position{Segment: 1 << 30}) // no acknowledgement polls
+		rechecks := followView(t, h.c, nil)
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if a := h.c.Admit(time.Now(), r, cfg, cands); a.Start[0] {
+			t.Fatal("b's announcement relied on before the update bound")
+		}
+		before := rechecks()
+		time.Sleep(fakeUpdateBound - time.Second)
+		synctest.Wait()
+		if rechecks() == before {
+			t.Fatal("no Recheck when b's announcement became reliable")
+		}
+		if a := h.c.Admit(time.Now(), r, cfg, cands); !a.Start[0] {
+			t.Fatal("the leaver's target waits for b, which does not own it under the generation it follows")
+		}
+
+		// A target not placed by the ring (node-local, every node) can be
+		// anyone's.
+		v := &viewPeers{c: h.c, r: r, config: cfg}
+		if unplaced := (gate.Candidate{Key: cands[0].Key, Known: true}); !v.Contested(unplaced) {
+			t.Error("b does not hold back a gained target that is not placed by the ring")
+		}
+
+		for name, b := range map[string]cluster.Peer{
+			"a generation this node never built": peer("b", cluster.Participant, 0xfeed),
+			"another scrape configuration": func() cluster.Peer {
+				p := peer("b", cluster.Participant, RingID(old))
+				p.ScrapeConfig.Cur = shortID(cfg + 1)
+				return p
+			}(),
+		} {
+			h.cl.setPeer(b)
+			v := &viewPeers{c: h.c, r: r, config: cfg}
+			if !v.Contested(cands[0]) {
+				t.Errorf("b on %s does not hold back every gained target", name)
+			}
+		}
+	})
+}
+
+// keyMovedTo finds a key that from owns under before and to under after.
+func keyMovedTo(t *testing.T, before, after scrape.Placement, from, to string) uint64 {
+	t.Helper()
+	for k := uint64(1); k < 1<<16; k++ {
+		key := k * 0x9e3779b97f4a7c15
+		if before.Owners(key, 1, nil)[0] == from && after.Owners(key, 1, nil)[0] == to {
+			return key
+		}
+	}
+	t.Fatalf("no key moved from %s to %s", from, to)
+	return 0
 }

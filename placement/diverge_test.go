@@ -165,6 +165,7 @@ func (n *meshNode) Weights() map[string]cluster.NodeWeights {
 
 func (n *meshNode) Ready() bool                     { return true }
 func (n *meshNode) WaitReady(context.Context) error { return nil }
+func (n *meshNode) UpdateBound() time.Duration      { return fakeUpdateBound }
 
 // setFence is the fence as a set of fenced units.
 type setFence struct {

@@ -105,6 +105,9 @@ type Cluster interface {
 	Weights() map[string]cluster.NodeWeights
 	Ready() bool
 	WaitReady(ctx context.Context) error
+	// UpdateBound is how long a node's metadata update may take to reach
+	// every alive peer when its direct push is lost (gossip repairs it).
+	UpdateBound() time.Duration
 }
 
 // Fencer stops and restarts appends of hand-off units (*scrape.Fence).
@@ -294,6 +297,12 @@ type Coordinator struct {
 	contestGen     uint64
 	contestSince   time.Time
 	contestExpired bool
+	// contestTrusted: from then on a contending peer's announcement is
+	// relied on to tell which targets it may own (see contender).
+	contestTrusted time.Time
+	// built are the latest placements this node built, newest last (at
+	// most placementsKept), for a contending peer's (contenders).
+	built []builtPlacement
 	// cfg is the scrape configuration agreement (config.go).
 	cfg configState
 
@@ -743,6 +752,7 @@ func (c *Coordinator) updateOnce() bool {
 		Participant: participant, KubeNodes: kube, PlaceBy: placeBy}
 	same := c.viewGen != 0 && sameView(c.view, view)
 	c.ring, c.ringKey, c.ringInputs, c.ringSets, c.inputsSince = r, key, inputs, sets, time.Time{}
+	c.rememberLocked(r)
 	c.view = view
 	if !same {
 		c.viewGen++
@@ -1038,19 +1048,28 @@ func (c *Coordinator) watermarksLocked() cluster.Watermarks {
 // Admit implements scrape.Handoff: the gate decides which gained targets
 // start, asking Released and Contested of the view r and config.
 func (c *Coordinator) Admit(now time.Time, r scrape.Placement, config uint64, cands []gate.Candidate) gate.Admission {
-	return c.gate.Admit(now, config, cands, viewPeers{c: c, r: r, config: config})
+	return c.gate.Admit(now, config, cands, &viewPeers{c: c, r: r, config: config})
 }
 
-// viewPeers answers the gate's questions for one view.
+// viewPeers answers the gate's questions for one view, during one Admit:
+// it finds the contenders once, at the first candidate that asks.
 type viewPeers struct {
 	c      *Coordinator
 	r      scrape.Placement
 	config uint64
+	who    []contender
+	asked  bool
 }
 
-func (v viewPeers) Fenced() bool    { return v.c.selfFenced(v.r, v.config) }
-func (v viewPeers) Released() bool  { return v.c.Released(v.r, v.config) }
-func (v viewPeers) Contested() bool { return v.c.Contested(v.r, v.config) }
+func (v *viewPeers) Fenced() bool   { return v.c.selfFenced(v.r, v.config) }
+func (v *viewPeers) Released() bool { return v.c.Released(v.r, v.config) }
+
+func (v *viewPeers) Contested(cand gate.Candidate) bool {
+	if !v.asked {
+		v.who, v.asked = v.c.contenders(v.r, v.config), true
+	}
+	return contests(v.who, cand, v.c.opts.ReplicationFactor)
+}
 
 // Released reports whether every live peer that may scrape has fenced r
 // under the same scrape configuration (the gate's release). Dead or left
@@ -1081,7 +1100,9 @@ func (c *Coordinator) Delay() time.Duration { return c.gate.Delay() }
 // Contested reports (for the gate) whether targets gained under r that
 // waited out the hand-off delay without Released must wait on, because a
 // peer that takes part (participant or terminating) announces a last fence
-// of another placement generation. Under its placement that peer may own
+// of another placement generation. The gate asks it per target
+// (contenders, then contests): a target waits only for the peers that may
+// own it under their own generation. Under its placement that peer may own
 // any of them and still scrape it: started now, such a target would be
 // scraped twice and the receiver would refuse one node's samples (a whole
 // request of them with most receivers). The wait ends when every such peer
@@ -1095,24 +1116,65 @@ func (c *Coordinator) Delay() time.Duration { return c.gate.Delay() }
 // the delay: the former can tell nothing, the latter own only what a
 // reload moves (see ViewID), as before.
 func (c *Coordinator) Contested(r scrape.Placement, config uint64) bool {
+	return len(c.contenders(r, config)) > 0
+}
+
+// contender is a peer that contests targets gained under a view: it
+// follows another placement generation. placement is that generation's,
+// when this node built it too, the peer places by the same scrape
+// configuration and the contest has lasted the cluster's UpdateBound
+// (then the peer may scrape only what it owns there); nil when it cannot
+// be told (then every target may be the peer's).
+//
+// Why the bound: a peer's announcement may hide a newer one whose push was
+// lost, made under a placement this node never saw (two membership
+// changes seen in other orders), under which the peer owns a target this
+// node is about to start. Such a peer started it only after its own
+// contest, seeing this node's announcement of a generation that did not
+// give this node the target. Both sides trusting announcements only once
+// their contests have lasted the bound, each would have had the other's
+// newer announcement by then: a target is scraped twice only if an update
+// takes longer than the bound, as when every rule gave way.
+type contender struct {
+	name      string
+	placement scrape.Placement
+}
+
+// contenders returns the peers that contest targets gained under r (none
+// once --cluster.handoff-timeout has ended the contest), and counts and
+// logs when a contest begins and when it times out.
+func (c *Coordinator) contenders(r scrape.Placement, config uint64) []contender {
 	gen := RingID(r)
-	var who []string
+	var lagging []cluster.Peer
 	for _, p := range c.peersToWaitFor() {
 		if p.State == cluster.Viewer || pastFinalFence(p) || p.Handoff.FencedPlacement == 0 || p.Handoff.FencedPlacement == gen {
 			continue
 		}
-		who = append(who, p.Name)
+		lagging = append(lagging, p)
+	}
+	var bound time.Duration
+	if len(lagging) > 0 {
+		bound = c.cl.UpdateBound()
 	}
 	now := c.now()
 	c.mu.Lock()
-	if len(who) == 0 {
+	if len(lagging) == 0 {
 		c.contestGen = 0
 		c.mu.Unlock()
-		return false
+		return nil
 	}
 	started := c.contestGen != gen
 	if started {
 		c.contestGen, c.contestSince, c.contestExpired = gen, now, false
+		c.contestTrusted = now.Add(bound)
+	}
+	trusted := !now.Before(c.contestTrusted)
+	who := make([]contender, len(lagging))
+	for i, p := range lagging {
+		who[i] = contender{name: p.Name}
+		if trusted && config != 0 && placesBy(p) == shortID(config) {
+			who[i].placement = c.builtLocked(p.Handoff.FencedPlacement)
+		}
 	}
 	expired := !now.Before(c.contestSince.Add(c.opts.HandoffTimeout))
 	gaveUp := expired && !c.contestExpired
@@ -1120,18 +1182,91 @@ func (c *Coordinator) Contested(r scrape.Placement, config uint64) bool {
 		c.contestExpired = true
 	}
 	c.mu.Unlock()
+	names := make([]string, len(who))
+	for i, p := range who {
+		names[i] = p.name
+	}
 	switch {
 	case started:
 		c.metrics.contested.Inc()
 		c.logger.Info("Gained targets wait past --cluster.handoff-delay: peers follow another placement generation and may still scrape them",
-			"generation", fmt.Sprintf("%016x", gen), "peers", who)
+			"generation", fmt.Sprintf("%016x", gen), "peers", names)
 		c.wake() // Run schedules the timeout
 	case gaveUp:
 		c.metrics.contestTimeouts.Inc()
 		c.logger.Warn("Starting gained targets after --cluster.handoff-timeout although peers still follow another placement generation; a target may be scraped twice",
-			"generation", fmt.Sprintf("%016x", gen), "peers", who, "timeout", c.opts.HandoffTimeout)
+			"generation", fmt.Sprintf("%016x", gen), "peers", names, "timeout", c.opts.HandoffTimeout)
 	}
-	return !expired
+	if expired {
+		return nil
+	}
+	return who
+}
+
+// contests reports whether one of who may scrape cand (at any of the rf
+// ranks) under its own placement. A peer scrapes only targets it owns
+// under the generation it last fenced: it fenced everything else, and
+// starts nothing gained under a later one before it has announced that
+// one's fence. Whom a target not placed by the ring (node-local, or
+// scraped by every node) belongs to the placement cannot tell.
+func contests(who []contender, cand gate.Candidate, rf int) bool {
+	var buf []string
+	for _, p := range who {
+		if p.placement == nil || !cand.Placed {
+			return true
+		}
+		buf = p.placement.Owners(cand.Key, rf, buf[:0])
+		if slices.Contains(buf, p.name) {
+			return true
+		}
+	}
+	return false
+}
+
+// placementsKept is how many of the latest placements a node keeps to
+// tell which targets a contending peer may own. A peer lags by a change or
+// two; one whose generation is older, or that this node never built (it
+// saw two changes as one), contends for every target, as before. Each is
+// a ring (12 bytes per token: about 6 MiB at 1,000 members) and, with
+// bounded loads, 12 bytes per target (12 MiB at a million): the three
+// kept besides the current one cost at most three times that.
+const placementsKept = 4
+
+// builtPlacement is a placement this node built, with its generation.
+type builtPlacement struct {
+	gen uint64
+	p   scrape.Placement
+}
+
+// rememberLocked keeps r among the latest placements built.
+func (c *Coordinator) rememberLocked(r scrape.Placement) {
+	gen := RingID(r)
+	c.built = slices.DeleteFunc(c.built, func(b builtPlacement) bool { return b.gen == gen })
+	if len(c.built) == placementsKept {
+		c.built = slices.Delete(c.built, 0, 1)
+	}
+	c.built = append(c.built, builtPlacement{gen: gen, p: r})
+}
+
+// builtLocked is the placement of generation gen, if this node built it
+// lately (nil otherwise).
+func (c *Coordinator) builtLocked(gen uint64) scrape.Placement {
+	for _, b := range c.built {
+		if b.gen == gen {
+			return b.p
+		}
+	}
+	return nil
+}
+
+// placesBy is the scrape configuration (shortID) p places targets by: the
+// one it keeps while the cluster does not agree on its new one, else the
+// one it runs.
+func placesBy(p cluster.Peer) uint64 {
+	if p.ScrapeConfig.Prev != 0 {
+		return p.ScrapeConfig.Prev
+	}
+	return p.ScrapeConfig.Cur
 }
 
 // pastFinalFence reports whether p, terminating, has made its final
@@ -1375,6 +1510,8 @@ func (c *Coordinator) nextWake() time.Duration {
 		// The wake-up signals Changes: the filter asks the gate again,
 		// which asks Contested.
 		d = sooner(d, c.contestSince.Add(c.opts.HandoffTimeout).Sub(c.now()))
+		// From then on a contending peer holds back only its own targets.
+		d = sooner(d, c.contestTrusted.Sub(c.now()))
 	}
 	return d
 }

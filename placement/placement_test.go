@@ -145,6 +145,11 @@ func (c *fakeCluster) Ready() bool {
 	return c.ready
 }
 
+// UpdateBound is a bound of the defaults at a few members.
+func (c *fakeCluster) UpdateBound() time.Duration { return fakeUpdateBound }
+
+const fakeUpdateBound = 6 * time.Second
+
 func (c *fakeCluster) WaitReady(ctx context.Context) error {
 	select {
 	case <-c.readyCh:

@@ -198,7 +198,7 @@ func (f *Filter) candidate(p *pass, e entry, rank int) gate.Candidate {
 	if f.waiting[e.key] {
 		known = false // new when first seen, held back since
 	}
-	c := gate.Candidate{Key: e.key, Rank: rank, Known: known}
+	c := gate.Candidate{Key: e.key, Rank: rank, Known: known, Placed: e.mode == modeRing}
 	if known || wasOwned {
 		return c
 	}

@@ -222,3 +222,14 @@ func TestNodeLocalReplicaReplaced(t *testing.T) {
 		}
 	})
 }
+
+// A gained candidate tells the gate whether the ring places it: only then
+// can a contending peer's placement say whether that peer may own it.
+func TestGainedCandidateSaysWhetherTheRingPlacesIt(t *testing.T) {
+	f := &Filter{known: map[uint64]struct{}{1: {}}}
+	for mode, want := range map[shardMode]bool{modeRing: true, modeAll: false, modeNodeLocal: false} {
+		if c := f.candidate(nil, entry{key: 1, mode: mode}, 0); c.Placed != want {
+			t.Errorf("mode %d: Placed = %v, want %v", mode, c.Placed, want)
+		}
+	}
+}

@@ -159,7 +159,7 @@ func newApp(f *flags, hostname string) *kingpin.Application {
 		Default("1").IntVar(&f.replicationFactor)
 	app.Flag("cluster.tokens", "Tokens per node on the consistent-hash ring.").
 		Default("512").IntVar(&f.tokens)
-	app.Flag("cluster.handoff-delay", "Upper bound of how long a node that gains a target waits for every peer to announce that it stopped appending it (normally milliseconds; longer while a peer follows another placement, up to --cluster.handoff-timeout); 0 means the default.").
+	app.Flag("cluster.handoff-delay", "Upper bound of how long a node that gains a target waits for every peer to announce that it stopped appending it (normally milliseconds; longer while a peer follows another placement under which it may own the target, up to --cluster.handoff-timeout); 0 means the default.").
 		Default(placement.DefaultHandoffDelay.String()).DurationVar(&f.handoffDelay)
 	app.Flag("cluster.handoff-timeout", "Upper bound of how long remote write holds back a gained target's samples until the previous owners' last samples are acknowledged (they are held while the remote end is down).").
 		Default("5m").DurationVar(&f.handoffTimeout)

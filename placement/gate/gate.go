@@ -51,6 +51,11 @@ type Candidate struct {
 	// peer may scrape) rather than new.
 	Known bool
 	Move  Move
+	// Placed: the target's owners are the placement's owners of Key (it
+	// is sharded by the ring, not node-local nor scraped by every node),
+	// so a contending peer's placement tells whether that peer may own
+	// it (see Peers.Contested).
+	Placed bool
 }
 
 // Peers answers, for the view a set of candidates was gained under, what
@@ -63,10 +68,13 @@ type Peers interface {
 	// Released: every peer that may still scrape targets gained under
 	// the view has fenced it.
 	Released() bool
-	// Contested: targets that waited out the delay without Released must
-	// wait on (a peer follows another placement generation). The caller
-	// asks again (a new Admit) when the answer may change.
-	Contested() bool
+	// Contested: c, which waited out the delay without Released, must
+	// wait on: a peer that follows another placement generation may own it
+	// there and still scrape it. It is asked per candidate, so that a
+	// target waits only for the peers that may scrape it, not for the
+	// slowest peer of the cluster. The caller asks again (a new Admit)
+	// when the answer may change.
+	Contested(c Candidate) bool
 }
 
 // Admission is the gate's answer to Admit.
@@ -178,7 +186,7 @@ func (g *Gate) Admit(now time.Time, config uint64, cands []Candidate, peers Peer
 		ok = ok && old.rank == c.Rank
 		if ok && !old.deferred {
 			w = old
-			start, expired = decideWaiting(old, now, p)
+			start, expired = decideWaiting(c, old, now, p)
 		} else {
 			if ok {
 				c.Move = old.move
@@ -234,12 +242,12 @@ func (g *Gate) deferAll(now time.Time, cands []Candidate) Admission {
 // decideWaiting is the rule for a candidate that already waits: it starts
 // once released (unless only its due may end the wait), or at its due
 // (expired) unless contested, in which case it waits on for a new Admit.
-func decideWaiting(w wait, now time.Time, p Peers) (start, expired bool) {
+func decideWaiting(c Candidate, w wait, now time.Time, p Peers) (start, expired bool) {
 	overdue := !now.Before(w.due)
 	switch {
 	case !w.fixed && p.Released():
 		return true, false
-	case overdue && !w.fixed && p.Contested():
+	case overdue && !w.fixed && p.Contested(c):
 		return false, false
 	case overdue:
 		return true, true
@@ -267,10 +275,11 @@ func decideGained(c Candidate, now time.Time, delay time.Duration, cfgChanged bo
 	}
 }
 
-// onceAnswers asks each of peers' questions at most once.
+// onceAnswers asks each of peers' view-wide questions at most once per
+// Admit; Contested, asked per candidate, goes straight through.
 type onceAnswers struct {
-	peers               Peers
-	released, contested *bool
+	peers    Peers
+	released *bool
 }
 
 func (o *onceAnswers) Fenced() bool { return o.peers.Fenced() }
@@ -283,10 +292,4 @@ func (o *onceAnswers) Released() bool {
 	return *o.released
 }
 
-func (o *onceAnswers) Contested() bool {
-	if o.contested == nil {
-		c := o.peers.Contested()
-		o.contested = &c
-	}
-	return *o.contested
-}
+func (o *onceAnswers) Contested(c Candidate) bool { return o.peers.Contested(c) }

@@ -15,7 +15,9 @@ const delay = 2 * time.Second
 type peers struct {
 	unfenced            bool // this node has not fenced the view yet
 	released, contested bool
-	asked               map[string]int
+	// contestedKeys, when set, answers Contested per key instead.
+	contestedKeys map[uint64]bool
+	asked         map[string]int
 }
 
 func (p *peers) Fenced() bool {
@@ -28,8 +30,11 @@ func (p *peers) Released() bool {
 	return p.released
 }
 
-func (p *peers) Contested() bool {
+func (p *peers) Contested(c Candidate) bool {
 	p.count("contested")
+	if p.contestedKeys != nil {
+		return p.contestedKeys[c.Key]
+	}
 	return p.contested
 }
 
@@ -105,7 +110,7 @@ func TestWaitingTargetRule(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				w := wait{due: time.Now().Add(delay), fixed: tc.fixed}
 				time.Sleep(tc.at)
-				start, expired := decideWaiting(w, time.Now(), &peers{released: tc.released, contested: tc.contested})
+				start, expired := decideWaiting(Candidate{}, w, time.Now(), &peers{released: tc.released, contested: tc.contested})
 				if start != tc.start || expired != tc.expired {
 					t.Fatalf("start, expired = %v, %v; want %v, %v", start, expired, tc.start, tc.expired)
 				}
@@ -187,6 +192,22 @@ func TestAdmitContestedWaitsWithoutTimer(t *testing.T) {
 		}
 		if v := testutil.ToFloat64(g.timeouts); v != 1 {
 			t.Fatalf("shoal_handoff_delay_expired_total = %v, want 1", v)
+		}
+	})
+}
+
+// A contest holds only the targets it is about: past the delay, a target
+// no contending peer may scrape starts while the others wait on.
+func TestAdmitContestIsPerTarget(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g, _ := newGate(t)
+		cands := []Candidate{{Key: 1, Known: true}, {Key: 2, Known: true}}
+		p := &peers{contestedKeys: map[uint64]bool{1: true}}
+		g.Admit(time.Now(), 7, cands, p)
+		time.Sleep(delay)
+		a := g.Admit(time.Now(), 7, cands, p)
+		if a.Start[0] || !a.Start[1] || a.Waiting != 1 {
+			t.Fatalf("past the delay with key 1 contested: %+v, want key 2 started and key 1 waiting", a)
 		}
 	})
 }
