@@ -102,9 +102,7 @@ func SimulateMembers(ctx context.Context, n int, idle, timeout time.Duration) (m
 		}
 	}
 	t0 := time.Now()
-	if _, err := pollUntil(timeout, "join", func() bool {
-		return seen(nodes[:n], func(ps []cluster.Peer) bool { return countState(ps, cluster.Participant) == n })
-	}); err != nil {
+	if _, err := pollUntil(timeout, "join", agreed(nodes[:n], func(ps []cluster.Peer) bool { return countState(ps, cluster.Participant) == n })); err != nil {
 		return fail(err)
 	}
 	m.Join = time.Since(t0)
@@ -118,9 +116,7 @@ func SimulateMembers(ctx context.Context, n int, idle, timeout time.Duration) (m
 	if err := start(n); err != nil {
 		return fail(err)
 	}
-	if _, err := pollUntil(timeout, "one join", func() bool {
-		return seen(nodes, func(ps []cluster.Peer) bool { return countState(ps, cluster.Participant) == n+1 })
-	}); err != nil {
+	if _, err := pollUntil(timeout, "one join", agreed(nodes, func(ps []cluster.Peer) bool { return countState(ps, cluster.Participant) == n+1 })); err != nil {
 		return fail(err)
 	}
 	m.OneJoin = time.Since(t0)
@@ -130,9 +126,7 @@ func SimulateMembers(ctx context.Context, n int, idle, timeout time.Duration) (m
 	name0 := leaver.Self().Name
 	t0 = time.Now()
 	_ = leaver.SetState(cluster.Terminating)
-	if _, err := pollUntil(timeout, "update", func() bool {
-		return seen(others, func(ps []cluster.Peer) bool { return stateOf(ps, name0) == cluster.Terminating })
-	}); err != nil {
+	if _, err := pollUntil(timeout, "update", agreed(others, func(ps []cluster.Peer) bool { return stateOf(ps, name0) == cluster.Terminating })); err != nil {
 		return fail(err)
 	}
 	m.Update = time.Since(t0)
@@ -140,9 +134,7 @@ func SimulateMembers(ctx context.Context, n int, idle, timeout time.Duration) (m
 	_ = leaver.Leave(5 * time.Second)
 	_ = leaver.Shutdown()
 	nodes[n] = nil
-	if _, err := pollUntil(timeout, "leave", func() bool {
-		return seen(others, func(ps []cluster.Peer) bool { return !has(ps, name0) })
-	}); err != nil {
+	if _, err := pollUntil(timeout, "leave", agreed(others, func(ps []cluster.Peer) bool { return !has(ps, name0) })); err != nil {
 		return fail(err)
 	}
 	m.Leave = time.Since(t0)
@@ -153,9 +145,7 @@ func SimulateMembers(ctx context.Context, n int, idle, timeout time.Duration) (m
 	t0 = time.Now()
 	_ = crashed.Shutdown()
 	nodes[n-1] = nil
-	if _, err := pollUntil(timeout, "crash", func() bool {
-		return seen(survivors, func(ps []cluster.Peer) bool { return !has(ps, name) })
-	}); err != nil {
+	if _, err := pollUntil(timeout, "crash", agreed(survivors, func(ps []cluster.Peer) bool { return !has(ps, name) })); err != nil {
 		return fail(err)
 	}
 	m.Crash = time.Since(t0)

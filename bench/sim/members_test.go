@@ -4,11 +4,14 @@ import (
 	"encoding/json"
 	"flag"
 	"os"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/shoal-dev/shoal/bench/harness"
 )
 
 // TestMembersAgreeAndCountGossip runs 12 in-process members over the
@@ -50,6 +53,15 @@ var (
 func TestMembersAtScale(t *testing.T) {
 	if *simMembers == "" {
 		t.Skip("set -sim.members (make scale runs it)")
+	}
+	// The members allocate fast: collecting at five times the live heap
+	// instead of twice takes a third off the wall time at 300 members
+	// (the collector had a fifth of the CPU). A thousand members keep
+	// gigabytes live, so a soft limit of a quarter of the machine's memory
+	// makes the collector work harder before the heap can grow past it.
+	defer debug.SetGCPercent(debug.SetGCPercent(400))
+	if m := harness.ThisMachine().MemBytes; m > 0 {
+		defer debug.SetMemoryLimit(debug.SetMemoryLimit(m / 4))
 	}
 	var ms []Members
 	for _, f := range strings.Split(*simMembers, ",") {
