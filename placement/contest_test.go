@@ -154,9 +154,7 @@ func TestATerminatedPeerPastItsFinalFenceHoldsNothingBack(t *testing.T) {
 func TestContestTimeoutRechecksTheFilter(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := start(t, Options{HandoffTimeout: time.Minute})
-		h.remote.ack(wal.Position{Segment: 1 << 30}) // no acknowledgement polls
 		rechecks := followView(t, h.c, nil)
-		time.Sleep(time.Second)
 		synctest.Wait()
 		r := ring.New([]string{"a", "b"}, 8)
 		other := ring.New([]string{"b"}, 8)
@@ -251,10 +249,10 @@ func TestHandoffDelayZeroIsTheDefaultForGateAndHold(t *testing.T) {
 
 // A contending peer holds back only the gained targets it may own under
 // the generation it follows, when this node built that generation too, the
-// peer places by the same scrape configuration and the contest has lasted
-// the cluster's update bound. A generation this node never built, another
-// configuration, or a target the ring does not place hold them all, as no
-// owner can be told.
+// peer places by the same scrape configuration and the target has waited
+// the cluster's update bound since it was gained. A generation this node
+// never built, another configuration, or a target the ring does not place
+// hold them all, as no owner can be told.
 func TestContestHoldsOnlyTheTargetsThePeerMayOwn(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := start(t, Options{HandoffTimeout: time.Minute})
@@ -286,7 +284,8 @@ func TestContestHoldsOnlyTheTargetsThePeerMayOwn(t *testing.T) {
 
 		cands := []gate.Candidate{{Key: keyMovedTo(t, old, r, "d", "a"), Known: true, Placed: true}}
 		h.c.Fenced(r, cfg, true)
-		h.c.Admit(time.Now(), r, cfg, cands)
+		gained := time.Now()
+		h.c.Admit(gained, r, cfg, cands)
 		time.Sleep(DefaultHandoffDelay)
 		if a := h.c.Admit(time.Now(), r, cfg, cands); a.Start[0] {
 			t.Fatal("a target of the leaver started before its final fence")
@@ -295,29 +294,25 @@ func TestContestHoldsOnlyTheTargetsThePeerMayOwn(t *testing.T) {
 		final.Handoff.Final = true
 		h.cl.setPeer(final)
 		synctest.Wait()
-		// b's announcement is relied on only once the contest has lasted
-		// the cluster's update bound: before, it may hide a newer one.
-		h.remote.ack(wal.Position{Segment: 1 << 30}) // no acknowledgement polls
-		rechecks := followView(t, h.c, nil)
-		time.Sleep(time.Second)
-		synctest.Wait()
-		if a := h.c.Admit(time.Now(), r, cfg, cands); a.Start[0] {
+		// b's announcement is relied on only once the target has waited
+		// the cluster's update bound since it was gained: before, it may
+		// hide a newer one. The gate is told when to ask again.
+		a := h.c.Admit(time.Now(), r, cfg, cands)
+		if a.Start[0] {
 			t.Fatal("b's announcement relied on before the update bound")
 		}
-		before := rechecks()
-		time.Sleep(fakeUpdateBound - time.Second)
-		synctest.Wait()
-		if rechecks() == before {
-			t.Fatal("no Recheck when b's announcement became reliable")
+		if want := gained.Add(fakeUpdateBound); !a.Next.Equal(want) {
+			t.Fatalf("asked again at %v, want at the end of the update bound %v", a.Next, want)
 		}
+		time.Sleep(time.Until(a.Next))
 		if a := h.c.Admit(time.Now(), r, cfg, cands); !a.Start[0] {
 			t.Fatal("the leaver's target waits for b, which does not own it under the generation it follows")
 		}
 
 		// A target not placed by the ring (node-local, every node) can be
 		// anyone's.
-		v := &viewPeers{c: h.c, r: r, config: cfg}
-		if unplaced := (gate.Candidate{Key: cands[0].Key, Known: true}); !v.Contested(unplaced) {
+		v := &viewPeers{c: h.c, r: r, config: cfg, now: time.Now()}
+		if unplaced := (gate.Candidate{Key: cands[0].Key, Known: true}); !first(v.Contested(unplaced, gained)) {
 			t.Error("b does not hold back a gained target that is not placed by the ring")
 		}
 
@@ -330,8 +325,8 @@ func TestContestHoldsOnlyTheTargetsThePeerMayOwn(t *testing.T) {
 			}(),
 		} {
 			h.cl.setPeer(b)
-			v := &viewPeers{c: h.c, r: r, config: cfg}
-			if !v.Contested(cands[0]) {
+			v := &viewPeers{c: h.c, r: r, config: cfg, now: time.Now()}
+			if contested, _ := v.Contested(cands[0], gained); !contested {
 				t.Errorf("b on %s does not hold back every gained target", name)
 			}
 		}
@@ -350,3 +345,6 @@ func keyMovedTo(t *testing.T, before, after scrape.Placement, from, to string) u
 	t.Fatalf("no key moved from %s to %s", from, to)
 	return 0
 }
+
+// first is the first of two results.
+func first[T, U any](t T, _ U) T { return t }

@@ -297,9 +297,6 @@ type Coordinator struct {
 	contestGen     uint64
 	contestSince   time.Time
 	contestExpired bool
-	// contestTrusted: from then on a contending peer's announcement is
-	// relied on to tell which targets it may own (see contender).
-	contestTrusted time.Time
 	// built are the latest placements this node built, newest last (at
 	// most placementsKept), for a contending peer's (contenders).
 	built []builtPlacement
@@ -1048,7 +1045,7 @@ func (c *Coordinator) watermarksLocked() cluster.Watermarks {
 // Admit implements scrape.Handoff: the gate decides which gained targets
 // start, asking Released and Contested of the view r and config.
 func (c *Coordinator) Admit(now time.Time, r scrape.Placement, config uint64, cands []gate.Candidate) gate.Admission {
-	return c.gate.Admit(now, config, cands, &viewPeers{c: c, r: r, config: config})
+	return c.gate.Admit(now, config, cands, &viewPeers{c: c, r: r, config: config, now: now})
 }
 
 // viewPeers answers the gate's questions for one view, during one Admit:
@@ -1057,18 +1054,34 @@ type viewPeers struct {
 	c      *Coordinator
 	r      scrape.Placement
 	config uint64
+	now    time.Time
 	who    []contender
+	bound  time.Duration // the cluster's UpdateBound, when who is not empty
 	asked  bool
 }
 
 func (v *viewPeers) Fenced() bool   { return v.c.selfFenced(v.r, v.config) }
 func (v *viewPeers) Released() bool { return v.c.Released(v.r, v.config) }
 
-func (v *viewPeers) Contested(cand gate.Candidate) bool {
+// Contested relies on the contenders' announcements to tell which targets
+// they may own only once cand has waited the cluster's update bound (see
+// contender); before, every contender holds it, and the gate asks again
+// when the bound has passed.
+func (v *viewPeers) Contested(cand gate.Candidate, since time.Time) (bool, time.Time) {
 	if !v.asked {
 		v.who, v.asked = v.c.contenders(v.r, v.config), true
+		if len(v.who) > 0 {
+			v.bound = v.c.cl.UpdateBound()
+		}
 	}
-	return contests(v.who, cand, v.c.opts.ReplicationFactor)
+	if len(v.who) == 0 {
+		return false, time.Time{}
+	}
+	trusted := since.Add(v.bound)
+	if v.now.Before(trusted) {
+		return true, trusted
+	}
+	return contests(v.who, cand, v.c.opts.ReplicationFactor), time.Time{}
 }
 
 // Released reports whether every live peer that may scrape has fenced r
@@ -1121,20 +1134,23 @@ func (c *Coordinator) Contested(r scrape.Placement, config uint64) bool {
 
 // contender is a peer that contests targets gained under a view: it
 // follows another placement generation. placement is that generation's,
-// when this node built it too, the peer places by the same scrape
-// configuration and the contest has lasted the cluster's UpdateBound
-// (then the peer may scrape only what it owns there); nil when it cannot
-// be told (then every target may be the peer's).
+// when this node built it too and the peer places by the same scrape
+// configuration (then the peer may scrape only what it owns there); nil
+// when it cannot be told (then every target may be the peer's).
 //
-// Why the bound: a peer's announcement may hide a newer one whose push was
+// The placement is relied on only for a target that has waited the
+// cluster's UpdateBound since this node began to own it (viewPeers'
+// Contested). A peer's announcement may hide a newer one whose push was
 // lost, made under a placement this node never saw (two membership
 // changes seen in other orders), under which the peer owns a target this
-// node is about to start. Such a peer started it only after its own
-// contest, seeing this node's announcement of a generation that did not
-// give this node the target. Both sides trusting announcements only once
-// their contests have lasted the bound, each would have had the other's
-// newer announcement by then: a target is scraped twice only if an update
-// takes longer than the bound, as when every rule gave way.
+// node is about to start. Such a peer started it only after waiting the
+// bound itself, while this node's announcements, which all gave this node
+// the target since it began to own it, had not reached it. Each side
+// relying on announcements only after the bound, each would have had the
+// other's by then: a target is scraped twice only if an update takes
+// longer than the bound. The bound is counted per target, not per
+// generation, so that a stream of changes (a rolling restart's) does not
+// restart it.
 type contender struct {
 	name      string
 	placement scrape.Placement
@@ -1152,10 +1168,6 @@ func (c *Coordinator) contenders(r scrape.Placement, config uint64) []contender 
 		}
 		lagging = append(lagging, p)
 	}
-	var bound time.Duration
-	if len(lagging) > 0 {
-		bound = c.cl.UpdateBound()
-	}
 	now := c.now()
 	c.mu.Lock()
 	if len(lagging) == 0 {
@@ -1166,13 +1178,11 @@ func (c *Coordinator) contenders(r scrape.Placement, config uint64) []contender 
 	started := c.contestGen != gen
 	if started {
 		c.contestGen, c.contestSince, c.contestExpired = gen, now, false
-		c.contestTrusted = now.Add(bound)
 	}
-	trusted := !now.Before(c.contestTrusted)
 	who := make([]contender, len(lagging))
 	for i, p := range lagging {
 		who[i] = contender{name: p.Name}
-		if trusted && config != 0 && placesBy(p) == shortID(config) {
+		if config != 0 && placesBy(p) == shortID(config) {
 			who[i].placement = c.builtLocked(p.Handoff.FencedPlacement)
 		}
 	}
@@ -1510,8 +1520,6 @@ func (c *Coordinator) nextWake() time.Duration {
 		// The wake-up signals Changes: the filter asks the gate again,
 		// which asks Contested.
 		d = sooner(d, c.contestSince.Add(c.opts.HandoffTimeout).Sub(c.now()))
-		// From then on a contending peer holds back only its own targets.
-		d = sooner(d, c.contestTrusted.Sub(c.now()))
 	}
 	return d
 }

@@ -146,9 +146,11 @@ type viewPeers struct {
 	config uint64
 }
 
-func (v viewPeers) Fenced() bool                  { return v.a.SelfFenced(v.r, v.config) }
-func (v viewPeers) Released() bool                { return v.a.Released(v.r, v.config) }
-func (v viewPeers) Contested(gate.Candidate) bool { return v.a.Contested(v.r, v.config) }
+func (v viewPeers) Fenced() bool   { return v.a.SelfFenced(v.r, v.config) }
+func (v viewPeers) Released() bool { return v.a.Released(v.r, v.config) }
+func (v viewPeers) Contested(gate.Candidate, time.Time) (bool, time.Time) {
+	return v.a.Contested(v.r, v.config), time.Time{}
+}
 
 func (h *recordingHandoff) Admit(now time.Time, r Placement, config uint64, cands []gate.Candidate) gate.Admission {
 	return h.admit(now, r, config, cands, h)

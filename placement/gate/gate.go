@@ -68,13 +68,16 @@ type Peers interface {
 	// Released: every peer that may still scrape targets gained under
 	// the view has fenced it.
 	Released() bool
-	// Contested: c, which waited out the delay without Released, must
+	// Contested: c, which waited out the delay without Released and has
+	// waited since since (the first Admit after this node fenced the view
+	// it was gained under, kept across later views while it waits), must
 	// wait on: a peer that follows another placement generation may own it
 	// there and still scrape it. It is asked per candidate, so that a
 	// target waits only for the peers that may scrape it, not for the
-	// slowest peer of the cluster. The caller asks again (a new Admit)
-	// when the answer may change.
-	Contested(c Candidate) bool
+	// slowest peer of the cluster. recheck is when the answer may change
+	// without a change being signalled (zero: not before); the caller
+	// asks again then (Admission.Next), or on a change.
+	Contested(c Candidate, since time.Time) (contested bool, recheck time.Time)
 }
 
 // Admission is the gate's answer to Admit.
@@ -109,6 +112,8 @@ type Gate struct {
 type wait struct {
 	due  time.Time
 	rank int
+	// since: when the wait began (see Peers.Contested).
+	since time.Time
 	// fixed: only due ends the wait. A target whose key moved without a
 	// configuration change (discovery changed its URL) cannot be released
 	// by the peers' fences, which say nothing about discovery.
@@ -181,12 +186,13 @@ func (g *Gate) Admit(now time.Time, config uint64, cands []Candidate, peers Peer
 		var (
 			start, expired bool
 			w              wait
+			recheck        time.Time
 		)
 		old, ok := g.waiting[c.Key]
 		ok = ok && old.rank == c.Rank
 		if ok && !old.deferred {
 			w = old
-			start, expired = decideWaiting(c, old, now, p)
+			start, expired, recheck = decideWaiting(c, old, now, p)
 		} else {
 			if ok {
 				c.Move = old.move
@@ -200,10 +206,9 @@ func (g *Gate) Admit(now time.Time, config uint64, cands []Candidate, peers Peer
 		if !start {
 			waiting[c.Key] = w
 			// A contested target past its due waits for a new Admit,
-			// not a timer.
-			if w.due.After(now) && (res.Next.IsZero() || w.due.Before(res.Next)) {
-				res.Next = w.due
-			}
+			// not a timer, unless its answer changes at a known time.
+			res.Next = earliest(res.Next, w.due, now)
+			res.Next = earliest(res.Next, recheck, now)
 		}
 	}
 	g.waiting, g.config = waiting, config
@@ -239,21 +244,30 @@ func (g *Gate) deferAll(now time.Time, cands []Candidate) Admission {
 	return res
 }
 
+// earliest is the earlier of next and t, counting only times after now
+// (a zero next is none).
+func earliest(next, t, now time.Time) time.Time {
+	if !t.After(now) || (!next.IsZero() && !t.Before(next)) {
+		return next
+	}
+	return t
+}
+
 // decideWaiting is the rule for a candidate that already waits: it starts
 // once released (unless only its due may end the wait), or at its due
-// (expired) unless contested, in which case it waits on for a new Admit.
-func decideWaiting(c Candidate, w wait, now time.Time, p Peers) (start, expired bool) {
+// (expired) unless contested, in which case it waits on for a new Admit
+// (at recheck, if the answer changes then).
+func decideWaiting(c Candidate, w wait, now time.Time, p Peers) (start, expired bool, recheck time.Time) {
 	overdue := !now.Before(w.due)
-	switch {
-	case !w.fixed && p.Released():
-		return true, false
-	case overdue && !w.fixed && p.Contested(c):
-		return false, false
-	case overdue:
-		return true, true
-	default:
-		return false, false
+	if !w.fixed && p.Released() {
+		return true, false, time.Time{}
 	}
+	if overdue && !w.fixed {
+		if contested, at := p.Contested(c, w.since); contested {
+			return false, false, at
+		}
+	}
+	return overdue, overdue, time.Time{}
 }
 
 // decideGained is the rule for a candidate that does not wait yet. A
@@ -265,11 +279,11 @@ func decideWaiting(c Candidate, w wait, now time.Time, p Peers) (start, expired 
 func decideGained(c Candidate, now time.Time, delay time.Duration, cfgChanged bool, p Peers) (bool, wait) {
 	switch {
 	case c.Move == MovedFromPeer:
-		return false, wait{due: now.Add(delay), rank: c.Rank, fixed: !cfgChanged}
+		return false, wait{due: now.Add(delay), rank: c.Rank, fixed: !cfgChanged, since: now}
 	case c.Move == MovedHere:
 		return true, wait{}
 	case !p.Released():
-		return false, wait{due: now.Add(delay), rank: c.Rank}
+		return false, wait{due: now.Add(delay), rank: c.Rank, since: now}
 	default:
 		return true, wait{}
 	}
@@ -292,4 +306,6 @@ func (o *onceAnswers) Released() bool {
 	return *o.released
 }
 
-func (o *onceAnswers) Contested(c Candidate) bool { return o.peers.Contested(c) }
+func (o *onceAnswers) Contested(c Candidate, since time.Time) (bool, time.Time) {
+	return o.peers.Contested(c, since)
+}

@@ -17,7 +17,10 @@ type peers struct {
 	released, contested bool
 	// contestedKeys, when set, answers Contested per key instead.
 	contestedKeys map[uint64]bool
-	asked         map[string]int
+	// recheck is Contested's recheck; since records what it was asked.
+	recheck time.Time
+	since   []time.Time
+	asked   map[string]int
 }
 
 func (p *peers) Fenced() bool {
@@ -30,12 +33,13 @@ func (p *peers) Released() bool {
 	return p.released
 }
 
-func (p *peers) Contested(c Candidate) bool {
+func (p *peers) Contested(c Candidate, since time.Time) (bool, time.Time) {
 	p.count("contested")
+	p.since = append(p.since, since)
 	if p.contestedKeys != nil {
-		return p.contestedKeys[c.Key]
+		return p.contestedKeys[c.Key], p.recheck
 	}
-	return p.contested
+	return p.contested, p.recheck
 }
 
 func (p *peers) count(q string) {
@@ -110,7 +114,7 @@ func TestWaitingTargetRule(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				w := wait{due: time.Now().Add(delay), fixed: tc.fixed}
 				time.Sleep(tc.at)
-				start, expired := decideWaiting(Candidate{}, w, time.Now(), &peers{released: tc.released, contested: tc.contested})
+				start, expired, _ := decideWaiting(Candidate{}, w, time.Now(), &peers{released: tc.released, contested: tc.contested})
 				if start != tc.start || expired != tc.expired {
 					t.Fatalf("start, expired = %v, %v; want %v, %v", start, expired, tc.start, tc.expired)
 				}
@@ -208,6 +212,27 @@ func TestAdmitContestIsPerTarget(t *testing.T) {
 		a := g.Admit(time.Now(), 7, cands, p)
 		if a.Start[0] || !a.Start[1] || a.Waiting != 1 {
 			t.Fatalf("past the delay with key 1 contested: %+v, want key 2 started and key 1 waiting", a)
+		}
+	})
+}
+
+// A contested target is asked again at the time its answer may change
+// (Admission.Next), and is asked with the time its wait began, which later
+// views (another configuration) do not move.
+func TestAdmitContestRecheckAndSince(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g, _ := newGate(t)
+		cands := []Candidate{{Key: 1, Known: true}}
+		began := time.Now()
+		p := &peers{contested: true}
+		g.Admit(began, 7, cands, p)
+		time.Sleep(delay)
+		p.recheck = time.Now().Add(5 * time.Second)
+		if a := g.Admit(time.Now(), 8, cands, p); a.Start[0] || !a.Next.Equal(p.recheck) {
+			t.Fatalf("contested with a recheck: %+v, want waiting with Next %v", a, p.recheck)
+		}
+		if len(p.since) != 1 || !p.since[0].Equal(began) {
+			t.Fatalf("Contested asked with since %v, want the wait's start %v", p.since, began)
 		}
 	})
 }
