@@ -182,7 +182,9 @@ func TestAnnounceWaitFollowsTheGossipSettings(t *testing.T) {
 // before for at most one announce wait, and is gossiped within another.
 func TestUpdateBoundIsTwoAnnounceWaits(t *testing.T) {
 	n := &Node{gossipRound: 200 * time.Millisecond, gossipFanout: 3, gossipMult: 6}
-	if got, want := n.UpdateBound(), 2*n.announceWait(1, 1); got != want {
+	// A node not started counts itself alone: 6 sends, 2 rounds of 200ms,
+	// four times that, twice.
+	if got, want := n.UpdateBound(), 3200*time.Millisecond; got != want {
 		t.Fatalf("UpdateBound() of a node not started = %v, want %v", got, want)
 	}
 }

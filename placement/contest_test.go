@@ -33,31 +33,31 @@ func TestContestedByPeersOnAnotherPlacement(t *testing.T) {
 		h.cl.setPeer(participant("b", wm(3, gen)))
 		h.cl.setPeer(participant("c", cluster.Watermarks{FencedSeq: 2, LostSeq: 2, FencedRing: 77, AckedSeq: 2})) // older version
 		h.cl.setPeer(cluster.Peer{Name: "v", State: cluster.Viewer, Handoff: wm(1, old)})
-		if h.c.Contested(r, 0) {
+		if contested(h.c, r, 0) {
 			t.Fatal("contested by a viewer or a peer that announces no generation")
 		}
 		h.cl.setPeer(participant("b", cluster.Watermarks{FencedSeq: 4, LostSeq: 4, FencedRing: ViewID(r, 5), AckedSeq: 4, FencedPlacement: gen}))
-		if h.c.Contested(r, 0) {
+		if contested(h.c, r, 0) {
 			t.Fatal("contested by a peer on this placement under another configuration")
 		}
 		h.cl.setPeer(participant("b", wm(5, old)))
-		if !h.c.Contested(r, 0) {
+		if !contested(h.c, r, 0) {
 			t.Fatal("not contested by a participant on another placement")
 		}
 		h.cl.setPeer(cluster.Peer{Name: "b", State: cluster.Terminating, Handoff: wm(5, old)})
-		if !h.c.Contested(r, 0) {
+		if !contested(h.c, r, 0) {
 			t.Fatal("not contested by a terminating peer on another placement (its final fence is still to come)")
 		}
 		h.cl.setPeer(participant("b", wm(6, gen)))
-		if h.c.Contested(r, 0) {
+		if contested(h.c, r, 0) {
 			t.Fatal("still contested after the peer fenced this placement")
 		}
 		h.cl.setPeer(participant("b", wm(7, old)))
-		if !h.c.Contested(r, 0) {
+		if !contested(h.c, r, 0) {
 			t.Fatal("not contested again")
 		}
 		h.cl.removePeer("b")
-		if h.c.Contested(r, 0) {
+		if contested(h.c, r, 0) {
 			t.Fatal("contested by a peer that left")
 		}
 		if v := testutil.ToFloat64(h.c.metrics.contested); v != 2 {
@@ -67,15 +67,15 @@ func TestContestedByPeersOnAnotherPlacement(t *testing.T) {
 		// A peer that never converges: the hand-off timeout ends the wait,
 		// and Run wakes for it (the filter only asks again on Recheck).
 		h.cl.setPeer(participant("b", wm(8, old)))
-		if !h.c.Contested(r, 0) {
+		if !contested(h.c, r, 0) {
 			t.Fatal("not contested")
 		}
 		time.Sleep(time.Minute - time.Second)
-		if !h.c.Contested(r, 0) {
+		if !contested(h.c, r, 0) {
 			t.Fatal("contest ended before the hand-off timeout")
 		}
 		time.Sleep(time.Second)
-		if h.c.Contested(r, 0) {
+		if contested(h.c, r, 0) {
 			t.Fatal("contest not ended by the hand-off timeout")
 		}
 		if v := testutil.ToFloat64(h.c.metrics.contestTimeouts); v != 1 {
@@ -98,7 +98,7 @@ func TestATerminatedPeerPastItsFinalFenceHoldsNothingBack(t *testing.T) {
 		wm := cluster.Watermarks{FencedSeq: 5, LostSeq: 5, FencedRing: old, AckedSeq: 5, FencedPlacement: old}
 		h.cl.setPeer(participant("c", cluster.Watermarks{FencedSeq: 2, LostSeq: 2, FencedRing: RingID(r), AckedSeq: 2, FencedPlacement: RingID(r)}))
 		h.cl.setPeer(cluster.Peer{Name: "b", State: cluster.Terminating, Handoff: wm})
-		if h.c.Released(r, 0) || !h.c.Contested(r, 0) {
+		if h.c.Released(r, 0) || !contested(h.c, r, 0) {
 			t.Fatal("a terminating peer before its final fence is not waited for")
 		}
 		wm.Final = true
@@ -106,13 +106,13 @@ func TestATerminatedPeerPastItsFinalFenceHoldsNothingBack(t *testing.T) {
 		if !h.c.Released(r, 0) {
 			t.Fatal("gained targets wait for a peer past its final fence to fence their view")
 		}
-		if h.c.Contested(r, 0) {
+		if contested(h.c, r, 0) {
 			t.Fatal("a peer past its final fence counts as following another placement")
 		}
 
 		// The flag counts only from a terminating peer.
 		h.cl.setPeer(participant("b", wm))
-		if h.c.Released(r, 0) || !h.c.Contested(r, 0) {
+		if h.c.Released(r, 0) || !contested(h.c, r, 0) {
 			t.Fatal("a participant's final-fence flag was believed")
 		}
 		h.cl.setPeer(cluster.Peer{Name: "b", State: cluster.Terminating, Handoff: wm})
@@ -160,7 +160,7 @@ func TestContestTimeoutRechecksTheFilter(t *testing.T) {
 		other := ring.New([]string{"b"}, 8)
 		h.cl.setPeer(participant("b", cluster.Watermarks{FencedSeq: 1, LostSeq: 1, FencedRing: RingID(other), FencedPlacement: RingID(other)}))
 		synctest.Wait()
-		if !h.c.Contested(r, 0) {
+		if !contested(h.c, r, 0) {
 			t.Fatal("not contested")
 		}
 		synctest.Wait()
@@ -348,3 +348,8 @@ func keyMovedTo(t *testing.T, before, after scrape.Placement, from, to string) u
 
 // first is the first of two results.
 func first[T, U any](t T, _ U) T { return t }
+
+// contested reports whether any peer contests targets gained under r.
+func contested(c *Coordinator, r scrape.Placement, config uint64) bool {
+	return len(c.contenders(r, config)) > 0
+}

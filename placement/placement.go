@@ -1110,28 +1110,6 @@ func (c *Coordinator) selfFenced(r scrape.Placement, config uint64) bool {
 // Delay is --cluster.handoff-delay, the gate's bound.
 func (c *Coordinator) Delay() time.Duration { return c.gate.Delay() }
 
-// Contested reports (for the gate) whether targets gained under r that
-// waited out the hand-off delay without Released must wait on, because a
-// peer that takes part (participant or terminating) announces a last fence
-// of another placement generation. The gate asks it per target
-// (contenders, then contests): a target waits only for the peers that may
-// own it under their own generation. Under its placement that peer may own
-// any of them and still scrape it: started now, such a target would be
-// scraped twice and the receiver would refuse one node's samples (a whole
-// request of them with most receivers). The wait ends when every such peer
-// has fenced r's generation, has left, is a viewer (a viewer's fences are
-// made owning nothing), or has made its final fence (terminating, it
-// fences no later view while its queues flush), and at the latest --cluster.handoff-timeout
-// after it began (counted and logged), so that a peer whose view never
-// converges cannot stop targets for good. Peers that announce no
-// generation (none fenced yet, or an older version) and peers on r's
-// generation under another scrape configuration do not hold targets past
-// the delay: the former can tell nothing, the latter own only what a
-// reload moves (see ViewID), as before.
-func (c *Coordinator) Contested(r scrape.Placement, config uint64) bool {
-	return len(c.contenders(r, config)) > 0
-}
-
 // contender is a peer that contests targets gained under a view: it
 // follows another placement generation. placement is that generation's,
 // when this node built it too and the peer places by the same scrape
@@ -1156,9 +1134,27 @@ type contender struct {
 	placement scrape.Placement
 }
 
-// contenders returns the peers that contest targets gained under r (none
-// once --cluster.handoff-timeout has ended the contest), and counts and
-// logs when a contest begins and when it times out.
+// contenders are the peers (for the gate's Contested) for whom targets
+// gained under r that waited out the hand-off delay without Released must
+// wait on, because such a peer that takes part (participant or terminating) announces a last fence
+// of another placement generation. The gate asks per target
+// (viewPeers' Contested, then contests): a target waits only for the peers that may
+// own it under their own generation. Under its placement that peer may own
+// any of them and still scrape it: started now, such a target would be
+// scraped twice and the receiver would refuse one node's samples (a whole
+// request of them with most receivers). The wait ends when every such peer
+// has fenced r's generation, has left, is a viewer (a viewer's fences are
+// made owning nothing), or has made its final fence (terminating, it
+// fences no later view while its queues flush), and at the latest --cluster.handoff-timeout
+// after it began (counted and logged), so that a peer whose view never
+// converges cannot stop targets for good. Peers that announce no
+// generation (none fenced yet, or an older version) and peers on r's
+// generation under another scrape configuration do not hold targets past
+// the delay: the former can tell nothing, the latter own only what a
+// reload moves (see ViewID), as before.
+//
+// It returns none once --cluster.handoff-timeout has ended the contest,
+// and counts and logs when a contest begins and when it times out.
 func (c *Coordinator) contenders(r scrape.Placement, config uint64) []contender {
 	gen := RingID(r)
 	var lagging []cluster.Peer
@@ -1192,25 +1188,30 @@ func (c *Coordinator) contenders(r scrape.Placement, config uint64) []contender 
 		c.contestExpired = true
 	}
 	c.mu.Unlock()
-	names := make([]string, len(who))
-	for i, p := range who {
-		names[i] = p.name
-	}
 	switch {
 	case started:
 		c.metrics.contested.Inc()
 		c.logger.Info("Gained targets wait past --cluster.handoff-delay: peers follow another placement generation and may still scrape them",
-			"generation", fmt.Sprintf("%016x", gen), "peers", names)
+			"generation", fmt.Sprintf("%016x", gen), "peers", peerNames(lagging))
 		c.wake() // Run schedules the timeout
 	case gaveUp:
 		c.metrics.contestTimeouts.Inc()
 		c.logger.Warn("Starting gained targets after --cluster.handoff-timeout although peers still follow another placement generation; a target may be scraped twice",
-			"generation", fmt.Sprintf("%016x", gen), "peers", names, "timeout", c.opts.HandoffTimeout)
+			"generation", fmt.Sprintf("%016x", gen), "peers", peerNames(lagging), "timeout", c.opts.HandoffTimeout)
 	}
 	if expired {
 		return nil
 	}
 	return who
+}
+
+// peerNames are the peers' names, for logs.
+func peerNames(peers []cluster.Peer) []string {
+	out := make([]string, len(peers))
+	for i, p := range peers {
+		out[i] = p.Name
+	}
+	return out
 }
 
 // contests reports whether one of who may scrape cand (at any of the rf

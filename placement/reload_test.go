@@ -39,7 +39,7 @@ func TestReleasedAndHoldFollowTheConfiguration(t *testing.T) {
 		if h.c.Released(r, newCfg) {
 			t.Fatal("released under a configuration b has not applied")
 		}
-		if h.c.Contested(r, newCfg) {
+		if contested(h.c, r, newCfg) {
 			t.Fatal("contested by a peer on the same placement under another configuration: its reload would keep gained targets back past the delay")
 		}
 		if ViewID(r, oldCfg) == ViewID(r, newCfg) || ViewID(r, newCfg) == RingID(r) {

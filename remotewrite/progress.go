@@ -42,11 +42,12 @@ type progressFile struct {
 // readProgress loads a progress file. found is false (with no error) when the
 // file does not exist.
 func readProgress(path string) (pf progressFile, found bool, err error) {
-	if found, err = atomicfile.ReadJSON(path, &pf); !found || err != nil {
-		if err != nil {
-			err = fmt.Errorf("parse progress file: %w", err)
-		}
-		return progressFile{}, false, err
+	found, err = atomicfile.ReadJSON(path, &pf)
+	if err != nil {
+		return progressFile{}, false, fmt.Errorf("parse progress file: %w", err)
+	}
+	if !found {
+		return progressFile{}, false, nil
 	}
 	if pf.Version != progressVersion {
 		return progressFile{}, false, fmt.Errorf("progress file %s: unsupported version %d", path, pf.Version)

@@ -58,7 +58,7 @@ func pollUntil(timeout time.Duration, what string, cond func() bool) (time.Durat
 // would, but a poll costs one failing check instead of up to every
 // member's sorted peer list: at a thousand members that was most of the
 // simulation's CPU.
-func agreed(nodes []*cluster.Node, pred func([]cluster.Peer) bool) func() bool {
+func agreed[N interface{ Peers() []cluster.Peer }](nodes []N, pred func([]cluster.Peer) bool) func() bool {
 	next := 0 // nodes[:next] were seen satisfying pred
 	return func() bool {
 		for ; next < len(nodes); next++ {

@@ -112,8 +112,6 @@ type Gate struct {
 type wait struct {
 	due  time.Time
 	rank int
-	// since: when the wait began (see Peers.Contested).
-	since time.Time
 	// fixed: only due ends the wait. A target whose key moved without a
 	// configuration change (discovery changed its URL) cannot be released
 	// by the peers' fences, which say nothing about discovery.
@@ -192,7 +190,7 @@ func (g *Gate) Admit(now time.Time, config uint64, cands []Candidate, peers Peer
 		ok = ok && old.rank == c.Rank
 		if ok && !old.deferred {
 			w = old
-			start, expired, recheck = decideWaiting(c, old, now, p)
+			start, expired, recheck = decideWaiting(c, old, now, g.delay, p)
 		} else {
 			if ok {
 				c.Move = old.move
@@ -256,14 +254,15 @@ func earliest(next, t, now time.Time) time.Time {
 // decideWaiting is the rule for a candidate that already waits: it starts
 // once released (unless only its due may end the wait), or at its due
 // (expired) unless contested, in which case it waits on for a new Admit
-// (at recheck, if the answer changes then).
-func decideWaiting(c Candidate, w wait, now time.Time, p Peers) (start, expired bool, recheck time.Time) {
+// (at recheck, if the answer changes then). The wait began delay before
+// its due.
+func decideWaiting(c Candidate, w wait, now time.Time, delay time.Duration, p Peers) (start, expired bool, recheck time.Time) {
 	overdue := !now.Before(w.due)
 	if !w.fixed && p.Released() {
 		return true, false, time.Time{}
 	}
 	if overdue && !w.fixed {
-		if contested, at := p.Contested(c, w.since); contested {
+		if contested, at := p.Contested(c, w.due.Add(-delay)); contested {
 			return false, false, at
 		}
 	}
@@ -279,11 +278,11 @@ func decideWaiting(c Candidate, w wait, now time.Time, p Peers) (start, expired 
 func decideGained(c Candidate, now time.Time, delay time.Duration, cfgChanged bool, p Peers) (bool, wait) {
 	switch {
 	case c.Move == MovedFromPeer:
-		return false, wait{due: now.Add(delay), rank: c.Rank, fixed: !cfgChanged, since: now}
+		return false, wait{due: now.Add(delay), rank: c.Rank, fixed: !cfgChanged}
 	case c.Move == MovedHere:
 		return true, wait{}
 	case !p.Released():
-		return false, wait{due: now.Add(delay), rank: c.Rank, since: now}
+		return false, wait{due: now.Add(delay), rank: c.Rank}
 	default:
 		return true, wait{}
 	}

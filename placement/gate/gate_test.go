@@ -114,7 +114,7 @@ func TestWaitingTargetRule(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				w := wait{due: time.Now().Add(delay), fixed: tc.fixed}
 				time.Sleep(tc.at)
-				start, expired, _ := decideWaiting(Candidate{}, w, time.Now(), &peers{released: tc.released, contested: tc.contested})
+				start, expired, _ := decideWaiting(Candidate{}, w, time.Now(), delay, &peers{released: tc.released, contested: tc.contested})
 				if start != tc.start || expired != tc.expired {
 					t.Fatalf("start, expired = %v, %v; want %v, %v", start, expired, tc.start, tc.expired)
 				}
