@@ -61,13 +61,16 @@ type Members struct {
 }
 
 // SimulateMembers runs n members and measures Members. Every wait is
-// bounded by timeout.
-func SimulateMembers(ctx context.Context, n int, idle, timeout time.Duration) (m Members) {
+// bounded by timeout. logf reports each phase as it ends: at a thousand
+// members the run takes many minutes of wall time.
+func SimulateMembers(ctx context.Context, n int, idle, timeout time.Duration, logf func(format string, args ...any)) (m Members) {
 	m.N, m.Idle = n, idle
 	fail := func(err error) Members { m.Err = err.Error(); return m }
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var mn memNet
+	// memberlist's compression is off and the network counts what it
+	// would have sent with it on (wireSize).
+	mn := memNet{compress: true}
 	// One transport more than n: for the member that joins the settled cluster.
 	trs := make([]*memTransport, n+1)
 	for i := range trs {
@@ -85,7 +88,7 @@ func SimulateMembers(ctx context.Context, n int, idle, timeout time.Duration) (m
 		if i > 0 {
 			cfg.Join = []string{addr(0), addr(i / 2)}
 		}
-		cfg.Memberlist = func(c *memberlist.Config) { c.Transport = trs[i] }
+		cfg.Memberlist = func(c *memberlist.Config) { c.Transport, c.EnableCompression = trs[i], false }
 		nd, err := cluster.New(cfg, logger, nil)
 		if err != nil {
 			return err
@@ -106,9 +109,10 @@ func SimulateMembers(ctx context.Context, n int, idle, timeout time.Duration) (m
 		return fail(err)
 	}
 	m.Join = time.Since(t0)
+	logf("%d members: all agreed on the ring %v after the last started", n, m.Join)
 
 	var err error
-	if m.BytesPerMember, m.JoinBytesPerMember, m.Settle, err = settledRate(ctx, &mn, n, idle, timeout); err != nil {
+	if m.BytesPerMember, m.JoinBytesPerMember, m.Settle, err = settledRate(ctx, &mn, n, idle, timeout, logf); err != nil {
 		return fail(err)
 	}
 
@@ -120,6 +124,7 @@ func SimulateMembers(ctx context.Context, n int, idle, timeout time.Duration) (m
 		return fail(err)
 	}
 	m.OneJoin = time.Since(t0)
+	logf("%d members: one more joined in %v", n, m.OneJoin)
 
 	leaver := nodes[n]
 	others := nodes[:n]
@@ -130,6 +135,7 @@ func SimulateMembers(ctx context.Context, n int, idle, timeout time.Duration) (m
 		return fail(err)
 	}
 	m.Update = time.Since(t0)
+	logf("%d members: an update seen by all in %v", n, m.Update)
 	t0 = time.Now()
 	_ = leaver.Leave(5 * time.Second)
 	_ = leaver.Shutdown()
@@ -138,6 +144,7 @@ func SimulateMembers(ctx context.Context, n int, idle, timeout time.Duration) (m
 		return fail(err)
 	}
 	m.Leave = time.Since(t0)
+	logf("%d members: a graceful leave seen by all in %v", n, m.Leave)
 
 	crashed := others[len(others)-1]
 	name := crashed.Self().Name
@@ -149,6 +156,7 @@ func SimulateMembers(ctx context.Context, n int, idle, timeout time.Duration) (m
 		return fail(err)
 	}
 	m.Crash = time.Since(t0)
+	logf("%d members: a crash seen by all in %v", n, m.Crash)
 	return m
 }
 
@@ -171,7 +179,7 @@ func stateOf(ps []cluster.Peer, name string) cluster.State {
 // ⌈log10(N+1)⌉ times. While that lasts the rate is flat at what the gossip
 // rounds can carry (at a thousand members for minutes), so a flat rate
 // alone is not a settled one.
-func settledRate(ctx context.Context, mn *memNet, n int, w, timeout time.Duration) (settled, first float64, settle time.Duration, err error) {
+func settledRate(ctx context.Context, mn *memNet, n int, w, timeout time.Duration, logf func(string, ...any)) (settled, first float64, settle time.Duration, err error) {
 	// settledFloor is a rate that is settled whatever came before: the
 	// probes and the state exchange alone (0.5–0.8 KB/s per member from 12
 	// to 1,000 members). A small cluster can finish relaying the news of
@@ -189,6 +197,7 @@ func settledRate(ctx context.Context, mn *memNet, n int, w, timeout time.Duratio
 		case <-time.After(w):
 		}
 		r := 2 * float64(mn.bytes.Load()-b0) / time.Since(t0).Seconds() / float64(n)
+		logf("%d members: gossip %.1f KB/s per member in the window from %v after the join", n, r/1000, t0.Sub(start))
 		if prev < 0 {
 			first = r
 		} else if r >= 0.9*prev && (r <= first/2 || r <= settledFloor) {

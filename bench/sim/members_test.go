@@ -93,7 +93,7 @@ func TestMembersAtScale(t *testing.T) {
 // every goroutine in it has.
 func simulateInBubble(t *testing.T, n int, idle, timeout time.Duration) (m Members) {
 	synctest.Test(t, func(t *testing.T) {
-		m = SimulateMembers(t.Context(), n, idle, timeout)
+		m = SimulateMembers(t.Context(), n, idle, timeout, t.Logf)
 		time.Sleep(2 * time.Minute)
 	})
 	return m

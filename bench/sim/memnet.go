@@ -19,14 +19,25 @@ import (
 // member behaves like a dead host: packets to it are lost, connections to
 // it are refused. A member that falls behind loses packets too (its
 // buffer is full), as a UDP socket does. Every byte handed to the network
-// is counted: packets by their sender, streams by the side that opened
-// them, both directions.
+// is counted: packets by their sender, streams by the side that writes.
 type memNet struct {
 	mu    sync.Mutex
 	nodes map[string]*memTransport // by "ip:port"
 	port  int
 	bytes atomic.Int64
 	lost  atomic.Int64 // packets dropped: destination stopped or its buffer full
+	// compress counts every packet and stream write at the size memberlist
+	// would have sent with its compression on (wireSize), for members that
+	// run with it off.
+	compress bool
+}
+
+// size is what the network counts for b.
+func (n *memNet) size(b []byte, packet bool) int64 {
+	if !n.compress {
+		return int64(len(b))
+	}
+	return int64(wireSize(b, packet))
 }
 
 // packetBuffer is how many packets a member may have queued unread.
@@ -85,7 +96,7 @@ func (t *memTransport) WriteTo(b []byte, addr string) (time.Time, error) {
 // WriteToAddress delivers a packet, or loses it as a network would.
 func (t *memTransport) WriteToAddress(b []byte, a memberlist.Address) (time.Time, error) {
 	now := time.Now()
-	t.net.bytes.Add(int64(len(b)))
+	t.net.bytes.Add(t.net.size(b, true))
 	dest, err := t.net.lookup(a.Addr)
 	if err != nil {
 		return now, err
@@ -124,8 +135,8 @@ func (t *memTransport) DialAddressTimeout(a memberlist.Address, timeout time.Dur
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	select {
-	case dest.streams <- theirs:
-		return &countingConn{Conn: mine, bytes: &t.net.bytes}, nil
+	case dest.streams <- &countingConn{Conn: theirs, net: t.net}:
+		return &countingConn{Conn: mine, net: t.net}, nil
 	case <-dest.stopped:
 	case <-timer.C:
 	}
@@ -151,20 +162,16 @@ func (t *memTransport) Shutdown() error {
 	return nil
 }
 
-// countingConn counts the bytes read and written on a stream.
+// countingConn counts the bytes written on its end of a stream; the
+// other end counts the other direction. memberlist writes each message
+// of a stream (a state exchange, a user message) in one Write.
 type countingConn struct {
 	net.Conn
-	bytes *atomic.Int64
-}
-
-func (c *countingConn) Read(b []byte) (int, error) {
-	n, err := c.Conn.Read(b)
-	c.bytes.Add(int64(n))
-	return n, err
+	net *memNet
 }
 
 func (c *countingConn) Write(b []byte) (int, error) {
 	n, err := c.Conn.Write(b)
-	c.bytes.Add(int64(n))
+	c.net.bytes.Add(c.net.size(b[:n], false))
 	return n, err
 }
