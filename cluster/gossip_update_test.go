@@ -2,8 +2,10 @@ package cluster
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -187,4 +189,49 @@ func TestUpdateBoundIsTwoAnnounceWaits(t *testing.T) {
 	if got, want := n.UpdateBound(), 3200*time.Millisecond; got != want {
 		t.Fatalf("UpdateBound() of a node not started = %v, want %v", got, want)
 	}
+}
+
+// fakeUpdater is memberlist's UpdateNode whose delivery is never
+// reported: each call waits out its timeout, as behind a congested queue.
+type fakeUpdater struct {
+	n       *Node
+	members int
+	waits   []time.Duration
+}
+
+func (f *fakeUpdater) NumMembers() int { return f.members }
+
+func (f *fakeUpdater) UpdateNode(timeout time.Duration) error {
+	f.waits = append(f.waits, timeout)
+	if len(f.waits) > 10 {
+		return nil // resending for ever: end the loop, the test fails below
+	}
+	f.n.mu.Lock()
+	f.n.advertised = f.n.metaLocked() // what memberlist reports back of us
+	f.n.mu.Unlock()
+	time.Sleep(timeout)
+	return fmt.Errorf("timeout waiting for update broadcast")
+}
+
+// TestAnnounceStopsResendingOnceTheLongestWaitRanOut: an update whose
+// delivery is never reported is sent again after waits that double, and
+// the announcer gives up once the longest of them has run out too: at a
+// thousand members the resends kept the gossip saturated for good.
+func TestAnnounceStopsResendingOnceTheLongestWaitRanOut(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := DefaultConfig()
+		cfg.NodeName = "a"
+		n, err := New(cfg, testLogger(t, "a"), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.gossipRound, n.gossipFanout, n.gossipMult = 200*time.Millisecond, 3, 6
+		f := &fakeUpdater{n: n, members: 50}
+		n.announce(f)
+		base := n.announceWait(50, 1) // 3.2s
+		want := []time.Duration{base, 2 * base, 4 * base, 8 * base}
+		if !slices.Equal(f.waits, want) {
+			t.Fatalf("waits %v, want %v: resent until the longest wait ran out, then stopped", f.waits, want)
+		}
+	})
 }

@@ -628,10 +628,24 @@ func (n *Node) UpdateBound() time.Duration {
 	return 2 * n.announceWait(members, 1)
 }
 
+// updater is what announce needs of memberlist.
+type updater interface {
+	UpdateNode(timeout time.Duration) error
+	NumMembers() int
+}
+
 // announce runs UpdateNode until memberlist has delivered the current
 // metadata: what changed while an update was being sent goes next, and an
-// update whose delivery is not reported within announceWait is sent again.
-func (n *Node) announce(ml *memberlist.Memberlist) {
+// update whose delivery is not reported within announceWait is sent again,
+// waiting twice as long each time, until a wait of announceMaxBackoff
+// times the first has run out too. Then the gossip queue is congested,
+// not lossy: memberlist reports delivery once it has relayed the update as
+// often as it does, which behind a queue of every member's news (a cold
+// start of a thousand members) takes minutes, and every resend is news
+// that every member relays again. Resending for as long as that lasts
+// kept a thousand members' gossip saturated for good. The update reached
+// the peers by push already; the state exchange repairs what both lost.
+func (n *Node) announce(ml updater) {
 	backoff, event := 1, "update"
 	for {
 		n.mu.Lock()
@@ -649,9 +663,10 @@ func (n *Node) announce(ml *memberlist.Memberlist) {
 		case err = <-sent:
 		case <-n.stopCh:
 		}
+		// Not delivered in time: lost, or behind other news in the queue.
+		// Sent again, waiting longer, unless the longest wait ran out.
+		congested := err != nil && backoff == announceMaxBackoff
 		if err != nil {
-			// Not delivered in time: lost, or behind fresher messages in
-			// the queue. Sent again, waiting longer.
 			backoff, event = min(2*backoff, announceMaxBackoff), "resend"
 		} else {
 			backoff, event = 1, "update"
@@ -662,7 +677,7 @@ func (n *Node) announce(ml *memberlist.Memberlist) {
 		// metadata): then what it advertises is stale and the loop sends
 		// the update again.
 		stale := !bytes.Equal(n.advertised, n.metaLocked())
-		done := n.stopped || n.left || (!n.reannounce && !stale && err == nil)
+		done := n.stopped || n.left || (!n.reannounce && !stale && (err == nil || congested))
 		if done {
 			n.announcing = false
 		}
