@@ -353,3 +353,40 @@ func first[T, U any](t T, _ U) T { return t }
 func contested(c *Coordinator, r scrape.Placement, config uint64) bool {
 	return len(c.contenders(r, config)) > 0
 }
+
+// TestFenceAnnouncedBeforeJoiningReleasesNothing: a ring is named by its
+// members' names, so after a restart the ring with the node's new life
+// has the name the ring had before its old life left, and a peer's fence
+// from before that leave reads as a fence of it. What a peer announced
+// before this node turned participant neither releases the targets this
+// node gains nor lets them start before the update bound; a fence it
+// announces since does.
+func TestFenceAnnouncedBeforeJoiningReleasesNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := start(t, Options{HandoffTimeout: time.Hour})
+		r := ring.New([]string{"a", "b"}, 8)
+		gen := RingID(r)
+		wm := func(seq uint64) cluster.Watermarks {
+			return cluster.Watermarks{FencedSeq: seq, LostSeq: seq, FencedRing: gen, AckedSeq: seq, FencedPlacement: gen}
+		}
+		h.cl.setPeer(participant("b", wm(3))) // b's word from before a's previous life left
+		h.cl.becomeReady()
+		synctest.Wait()
+		if h.cl.Self().State != cluster.Participant {
+			t.Fatalf("not promoted: %v", h.cl.Self().State)
+		}
+		if h.c.Released(r, 0) {
+			t.Fatal("released by a fence announced before this node turned participant")
+		}
+		if !contested(h.c, r, 0) {
+			t.Fatal("a peer whose last announcement predates this node's participation does not hold gained targets")
+		}
+		h.cl.setPeer(participant("b", wm(4)))
+		if !h.c.Released(r, 0) {
+			t.Fatal("not released by a fence announced since")
+		}
+		if contested(h.c, r, 0) {
+			t.Fatal("contested by a peer that fenced this placement since")
+		}
+	})
+}

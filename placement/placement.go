@@ -300,6 +300,11 @@ type Coordinator struct {
 	// built are the latest placements this node built, newest last (at
 	// most placementsKept), for a contending peer's (contenders).
 	built []builtPlacement
+	// joinSeqs is each peer's fence sequence when this life turned
+	// participant (nil before): what a peer announced until then may
+	// name the ring this node is on without being a fence of it
+	// (announcedSinceJoin).
+	joinSeqs map[string]uint64
 	// cfg is the scrape configuration agreement (config.go).
 	cfg configState
 
@@ -608,6 +613,7 @@ func (c *Coordinator) Run(ctx context.Context) {
 			c.waitsHandedOver = handedOver > 0
 			c.mu.Unlock()
 			if handedOver == 0 {
+				c.recordJoinSeqs()
 				if err := c.cl.SetState(cluster.Participant); err != nil {
 					c.logger.Warn("Announcing participant state failed", "err", err)
 				}
@@ -1085,17 +1091,48 @@ func (v *viewPeers) Contested(cand gate.Candidate, since time.Time) (bool, time.
 }
 
 // Released reports whether every live peer that may scrape has fenced r
-// under the same scrape configuration (the gate's release). Dead or left
-// nodes are not waited for, nor is a terminating node past its final
-// fence: it scrapes nothing more, and fences no later view.
+// under the same scrape configuration (the gate's release), since this
+// node turned participant. Dead or left nodes are not waited for, nor is
+// a terminating node past its final fence: it scrapes nothing more, and
+// fences no later view.
 func (c *Coordinator) Released(r scrape.Placement, config uint64) bool {
 	id, old := ViewID(r, config), RingID(r)
 	for _, p := range c.peersToWaitFor() {
-		if !pastFinalFence(p) && !fencedView(p, id, old) {
+		if !pastFinalFence(p) && !(fencedView(p, id, old) && c.announcedSinceJoin(p)) {
 			return false
 		}
 	}
 	return true
+}
+
+// recordJoinSeqs notes every peer's fence sequence as this node turns
+// participant, before the peers can hear of it.
+func (c *Coordinator) recordJoinSeqs() {
+	seqs := map[string]uint64{}
+	for _, p := range c.peersToWaitFor() {
+		seqs[p.Name] = p.Handoff.FencedSeq
+	}
+	c.mu.Lock()
+	c.joinSeqs = seqs
+	c.mu.Unlock()
+}
+
+// announcedSinceJoin reports whether p's fence announcement is newer than
+// the one it had made when this life turned participant. A ring is named
+// by its members' names, so once this node's previous life has left and
+// this one has joined, the ring has the name it had before the leave, and
+// a peer's fence from before the leave reads as a fence of it. The new
+// life learns its peers' state from memberlist's state exchange, which
+// carries what memberlist has gossiped, not the pushes, so it may hold
+// that old fence for a while. A peer can fence a ring in which this node
+// takes part only after hearing that it does, so a fence of it announced
+// before is that older ring's. Peers not known then count as announced
+// since.
+func (c *Coordinator) announcedSinceJoin(p cluster.Peer) bool {
+	c.mu.Lock()
+	seq, known := c.joinSeqs[p.Name]
+	c.mu.Unlock()
+	return !known || p.Handoff.FencedSeq > seq
 }
 
 // selfFenced reports whether this node's last announced fence is of the
@@ -1151,7 +1188,12 @@ type contender struct {
 // generation (none fenced yet, or an older version) and peers on r's
 // generation under another scrape configuration do not hold targets past
 // the delay: the former can tell nothing, the latter own only what a
-// reload moves (see ViewID), as before.
+// reload moves (see ViewID), as before. A peer whose last fence of r's
+// generation it announced before this node turned participant is a
+// contender too: that may be a fence of an older ring of the same name
+// (announcedSinceJoin). Past the update bound its announcement is
+// relied on like any other, so a peer that has nothing to fence since
+// holds no target for longer.
 //
 // It returns none once --cluster.handoff-timeout has ended the contest,
 // and counts and logs when a contest begins and when it times out.
@@ -1159,7 +1201,8 @@ func (c *Coordinator) contenders(r scrape.Placement, config uint64) []contender 
 	gen := RingID(r)
 	var lagging []cluster.Peer
 	for _, p := range c.peersToWaitFor() {
-		if p.State == cluster.Viewer || pastFinalFence(p) || p.Handoff.FencedPlacement == 0 || p.Handoff.FencedPlacement == gen {
+		if p.State == cluster.Viewer || pastFinalFence(p) || p.Handoff.FencedPlacement == 0 ||
+			(p.Handoff.FencedPlacement == gen && c.announcedSinceJoin(p)) {
 			continue
 		}
 		lagging = append(lagging, p)
