@@ -896,6 +896,22 @@ func (f *Filter) OwnedCount(node string) int {
 	return f.OwnedCounts()[node]
 }
 
+// Waiting returns how many targets this node owns but holds back until
+// their previous owners have handed them off, and whether the last
+// re-filter placed the discovered targets on a ring with this node as a
+// participant: before that, none can wait yet. Discovered means a
+// discovery update has arrived and none waits to be placed (Prometheus'
+// discovery manager sends its first one up to seconds after start).
+func (f *Filter) Waiting() (waiting int, placed bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	discovered := len(f.jobs) > 0 || len(f.cfgs) == 0
+	for _, js := range f.jobs {
+		discovered = discovered && !js.hasNext
+	}
+	return len(f.waiting), f.applied.ring != nil && f.applied.participant && discovered
+}
+
 // Owned returns how many targets this node passes on to its scrape manager
 // now.
 func (f *Filter) Owned() int {

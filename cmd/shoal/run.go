@@ -75,6 +75,7 @@ type agent struct {
 	walReplayed  atomic.Bool
 	clusterUp    atomic.Bool
 	terminating  atomic.Bool
+	joined       joinStart
 	stop         <-chan struct{} // closed when shutdown was requested
 
 	reloadMu          sync.Mutex
@@ -103,7 +104,7 @@ func runAgent(ctx context.Context, f *flags, reg *prometheus.Registry) error {
 	logger.Info("Starting shoal", "version", version.Info(), "build_context", version.BuildContext())
 	applyMemoryLimit(f.autoMemLimit, f.autoMemLimitRatio, logger)
 
-	a := &agent{f: f, logger: logger, reg: reg}
+	a := &agent{f: f, logger: logger, reg: reg, joined: joinStart{bound: f.handoffTimeout}}
 	routeClientGoLogs(logger, &a.targetDiscErrs)
 	a.reloadSuccess = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "shoal_config_last_reload_successful", Help: "Whether the last configuration reload succeeded.",
@@ -525,6 +526,9 @@ func (a *agent) ready() (bool, string) {
 			return false, "waiting for a peer to deliver the backlog the previous run handed over"
 		}
 		return false, "not yet a participant"
+	case a.node != nil && !a.joined.started(a.filter.Waiting()):
+		n, _ := a.filter.Waiting()
+		return false, fmt.Sprintf("starting %d gained targets once their previous owners have stopped them (at most --cluster.handoff-timeout)", n)
 	}
 	return true, ""
 }

@@ -1,0 +1,44 @@
+package main
+
+import (
+	"sync"
+	"time"
+)
+
+// joinStart answers whether the targets this node gained on joining the
+// ring have started, for /-/ready: a replica is ready once it scrapes
+// what it owns. A rolling update starts the next replica only when this
+// one is ready, so the ring stays still while its peers hand it its
+// targets back; while the ring changes every few seconds, a gained target
+// waits for the update bound instead of the hand-off delay.
+//
+// It latches: later ring changes (other replicas joining or leaving) make
+// targets wait too, and a ready replica must not turn unready for them.
+// It also latches once bound has passed since the node first asked as a
+// participant: the gate starts a held target after --cluster.handoff-timeout
+// at most, but a ring that keeps changing can keep some target waiting at
+// every ask.
+type joinStart struct {
+	bound time.Duration
+
+	mu    sync.Mutex
+	since time.Time // when first asked; zero before
+	done  bool
+}
+
+// started reports whether the targets gained on joining have started;
+// waiting is how many owned targets wait for their hand-off now, placed
+// whether targets were placed with this node as a participant yet.
+func (j *joinStart) started(waiting int, placed bool) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.done {
+		return true
+	}
+	now := time.Now()
+	if j.since.IsZero() {
+		j.since = now
+	}
+	j.done = placed && waiting == 0 || now.Sub(j.since) >= j.bound
+	return j.done
+}
