@@ -526,11 +526,22 @@ func (a *agent) ready() (bool, string) {
 			return false, "waiting for a peer to deliver the backlog the previous run handed over"
 		}
 		return false, "not yet a participant"
-	case a.node != nil && !a.joined.started(a.filter.Waiting()):
+	case a.node != nil && !a.gainedStarted():
 		n, _ := a.filter.Waiting()
 		return false, fmt.Sprintf("starting %d gained targets once their previous owners have stopped them (at most --cluster.handoff-timeout)", n)
 	}
 	return true, ""
+}
+
+// gainedStarted reports whether the targets this node gained on turning
+// participant have started (joinStart). A node stepping aside owns none:
+// it counts as started, or a rolling update that carries a scrape
+// configuration change would wait for it for good.
+func (a *agent) gainedStarted() bool {
+	if a.placement != nil && a.placement.ConfigStatus().SteppedAside {
+		return a.joined.started(0, true)
+	}
+	return a.joined.started(a.filter.Waiting())
 }
 
 func (a *agent) newClusterNode() (*cluster.Node, error) {
