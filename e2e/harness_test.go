@@ -436,14 +436,12 @@ func (a *agent) waitReady(timeout time.Duration) {
 		if err := a.exitedEarly(); err != nil {
 			fatal(a.t, err)
 		}
-		resp, err := httpClient.Get(a.url("/-/ready"))
+		code, why, err := readyStatus(a)
 		if err != nil {
 			return err
 		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("/-/ready: %s: %s", resp.Status, bytes.TrimSpace(body))
+		if code != http.StatusOK {
+			return fmt.Errorf("/-/ready %d: %s", code, why)
 		}
 		return nil
 	})

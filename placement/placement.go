@@ -303,8 +303,8 @@ type Coordinator struct {
 	// joinSeqs is each peer's fence sequence when this life turned
 	// participant (nil before): what a peer announced until then may
 	// name the ring this node is on without being a fence of it
-	// (announcedSinceJoin).
-	joinSeqs map[string]uint64
+	// (joinSeqs.announcedSince).
+	joinSeqs joinSeqs
 	// cfg is the scrape configuration agreement (config.go).
 	cfg configState
 
@@ -1097,8 +1097,9 @@ func (v *viewPeers) Contested(cand gate.Candidate, since time.Time) (bool, time.
 // fences no later view.
 func (c *Coordinator) Released(r scrape.Placement, config uint64) bool {
 	id, old := ViewID(r, config), RingID(r)
+	joined := c.joinedAt()
 	for _, p := range c.peersToWaitFor() {
-		if !pastFinalFence(p) && !(fencedView(p, id, old) && c.announcedSinceJoin(p)) {
+		if !pastFinalFence(p) && !(fencedView(p, id, old) && joined.announcedSince(p)) {
 			return false
 		}
 	}
@@ -1108,7 +1109,7 @@ func (c *Coordinator) Released(r scrape.Placement, config uint64) bool {
 // recordJoinSeqs notes every peer's fence sequence as this node turns
 // participant, before the peers can hear of it.
 func (c *Coordinator) recordJoinSeqs() {
-	seqs := map[string]uint64{}
+	seqs := joinSeqs{}
 	for _, p := range c.peersToWaitFor() {
 		seqs[p.Name] = p.Handoff.FencedSeq
 	}
@@ -1117,7 +1118,19 @@ func (c *Coordinator) recordJoinSeqs() {
 	c.mu.Unlock()
 }
 
-// announcedSinceJoin reports whether p's fence announcement is newer than
+// joinSeqs is each peer's fence sequence when this life turned
+// participant, by peer name.
+type joinSeqs map[string]uint64
+
+// joinedAt is the peers' fence sequences when this life turned
+// participant (recordJoinSeqs); the map is replaced, never changed.
+func (c *Coordinator) joinedAt() joinSeqs {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.joinSeqs
+}
+
+// announcedSince reports whether p's fence announcement is newer than
 // the one it had made when this life turned participant. A ring is named
 // by its members' names, so once this node's previous life has left and
 // this one has joined, the ring has the name it had before the leave, and
@@ -1128,10 +1141,8 @@ func (c *Coordinator) recordJoinSeqs() {
 // takes part only after hearing that it does, so a fence of it announced
 // before is that older ring's. Peers not known then count as announced
 // since.
-func (c *Coordinator) announcedSinceJoin(p cluster.Peer) bool {
-	c.mu.Lock()
-	seq, known := c.joinSeqs[p.Name]
-	c.mu.Unlock()
+func (j joinSeqs) announcedSince(p cluster.Peer) bool {
+	seq, known := j[p.Name]
 	return !known || p.Handoff.FencedSeq > seq
 }
 
@@ -1191,7 +1202,7 @@ type contender struct {
 // reload moves (see ViewID), as before. A peer whose last fence of r's
 // generation it announced before this node turned participant is a
 // contender too: that may be a fence of an older ring of the same name
-// (announcedSinceJoin). Past the update bound its announcement is
+// (joinSeqs.announcedSince). Past the update bound its announcement is
 // relied on like any other, so a peer that has nothing to fence since
 // holds no target for longer.
 //
@@ -1199,10 +1210,11 @@ type contender struct {
 // and counts and logs when a contest begins and when it times out.
 func (c *Coordinator) contenders(r scrape.Placement, config uint64) []contender {
 	gen := RingID(r)
+	joined := c.joinedAt()
 	var lagging []cluster.Peer
 	for _, p := range c.peersToWaitFor() {
 		if p.State == cluster.Viewer || pastFinalFence(p) || p.Handoff.FencedPlacement == 0 ||
-			(p.Handoff.FencedPlacement == gen && c.announcedSinceJoin(p)) {
+			(p.Handoff.FencedPlacement == gen && joined.announcedSince(p)) {
 			continue
 		}
 		lagging = append(lagging, p)

@@ -26,10 +26,22 @@ type joinStart struct {
 	done  bool
 }
 
-// started reports whether the targets gained on joining have started;
-// waiting is how many owned targets wait for their hand-off now, placed
-// whether targets were placed with this node as a participant yet.
-func (j *joinStart) started(waiting int, placed bool) bool {
+// startState is what the node can tell of its gained targets at an ask.
+type startState struct {
+	// waiting is how many owned targets wait for their hand-off now.
+	waiting int
+	// placed is whether targets were placed with this node as a
+	// participant yet.
+	placed bool
+	// steppedAside is whether the node stepped aside for a scrape
+	// configuration its peers do not share: it owns nothing, so it has
+	// nothing to start, and a rolling update that carries the change
+	// would otherwise wait for it for good.
+	steppedAside bool
+}
+
+// started reports whether the targets gained on joining have started.
+func (j *joinStart) started(s startState) bool {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.done {
@@ -39,6 +51,6 @@ func (j *joinStart) started(waiting int, placed bool) bool {
 	if j.since.IsZero() {
 		j.since = now
 	}
-	j.done = placed && waiting == 0 || now.Sub(j.since) >= j.bound
+	j.done = s.steppedAside || s.placed && s.waiting == 0 || now.Sub(j.since) >= j.bound
 	return j.done
 }

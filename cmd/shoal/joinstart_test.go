@@ -12,20 +12,20 @@ import (
 func TestJoinStartLatchesOnceGainedTargetsStarted(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		j := joinStart{bound: time.Minute}
-		if j.started(0, false) {
+		if j.started(startState{waiting: 0, placed: false}) {
 			t.Fatal("started before any target was placed with this node a participant")
 		}
-		if j.started(3, true) {
+		if j.started(startState{waiting: 3, placed: true}) {
 			t.Fatal("started with 3 gained targets waiting")
 		}
 		time.Sleep(10 * time.Second)
-		if j.started(1, true) {
+		if j.started(startState{waiting: 1, placed: true}) {
 			t.Fatal("started with 1 gained target waiting, 10s in")
 		}
-		if !j.started(0, true) {
+		if !j.started(startState{waiting: 0, placed: true}) {
 			t.Fatal("not started with no target waiting")
 		}
-		if !j.started(5, true) {
+		if !j.started(startState{waiting: 5, placed: true}) {
 			t.Error("turned back to not started when a later ring change made targets wait")
 		}
 	})
@@ -38,16 +38,29 @@ func TestJoinStartEndsAtTheBound(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		j := joinStart{bound: time.Minute}
 		time.Sleep(time.Hour) // the bound counts from the first ask, not from creation
-		if j.started(2, true) {
+		if j.started(startState{waiting: 2, placed: true}) {
 			t.Fatal("started at the first ask")
 		}
 		time.Sleep(time.Minute - time.Second)
-		if j.started(2, true) {
+		if j.started(startState{waiting: 2, placed: true}) {
 			t.Fatal("started before the bound")
 		}
 		time.Sleep(time.Second)
-		if !j.started(2, true) {
+		if !j.started(startState{waiting: 2, placed: true}) {
 			t.Fatal("not started at the bound")
+		}
+	})
+}
+
+// TestJoinStartStartedWhileSteppingAside: a node that stepped aside for a
+// scrape configuration its peers do not share owns nothing and is
+// started, though it was never placed as a participant; without that a
+// rolling update carrying the change would wait for it until the bound.
+func TestJoinStartStartedWhileSteppingAside(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		j := joinStart{bound: time.Minute}
+		if !j.started(startState{steppedAside: true}) {
+			t.Fatal("not started while stepping aside")
 		}
 	})
 }

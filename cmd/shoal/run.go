@@ -526,22 +526,21 @@ func (a *agent) ready() (bool, string) {
 			return false, "waiting for a peer to deliver the backlog the previous run handed over"
 		}
 		return false, "not yet a participant"
-	case a.node != nil && !a.gainedStarted():
-		n, _ := a.filter.Waiting()
-		return false, fmt.Sprintf("starting %d gained targets once their previous owners have stopped them (at most --cluster.handoff-timeout)", n)
+	}
+	if a.node != nil {
+		if started, waiting := a.gainedStarted(); !started {
+			return false, fmt.Sprintf("starting %d gained targets once their previous owners have stopped them (at most --cluster.handoff-timeout)", waiting)
+		}
 	}
 	return true, ""
 }
 
 // gainedStarted reports whether the targets this node gained on turning
-// participant have started (joinStart). A node stepping aside owns none:
-// it counts as started, or a rolling update that carries a scrape
-// configuration change would wait for it for good.
-func (a *agent) gainedStarted() bool {
-	if a.placement != nil && a.placement.ConfigStatus().SteppedAside {
-		return a.joined.started(0, true)
-	}
-	return a.joined.started(a.filter.Waiting())
+// participant have started (joinStart), and how many wait now.
+func (a *agent) gainedStarted() (started bool, waiting int) {
+	s := startState{steppedAside: a.placement != nil && a.placement.ConfigStatus().SteppedAside}
+	s.waiting, s.placed = a.filter.Waiting()
+	return a.joined.started(s), s.waiting
 }
 
 func (a *agent) newClusterNode() (*cluster.Node, error) {
