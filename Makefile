@@ -6,10 +6,10 @@ PKGS_UNIT  = $(shell $(GO) list ./... | grep -v -e /e2e -e /internal/k8stest -e 
 # Compiling the Helm SDK and the cloud discovery SDKs a second time with
 # -race would cost a cold machine several minutes for tests that start no
 # goroutine there (vet compiles them without -race): the chart's tests run
-# without -race; cmd/shoal's run with -race in the slim_sd build (no cloud
-# SDKs) and again without it in the default build (every discovery, the
-# generated references); monitors' operator-fidelity tests (discovery/install,
-# built with !race) run in the package's second, plain run.
+# without -race; cmd/shoal's run with -race in the default build (no cloud
+# SDKs) and again without it in the full_sd build (every discovery);
+# monitors' operator-fidelity tests (discovery/install, built with !race)
+# run in the package's second, plain run.
 PKGS_CHART = $(shell $(GO) list ./charts/...)
 # Every build without -race is static and path-free, the image's way
 # (internal/ociimage), so that vet, the binaries, the e2e build and the image
@@ -28,8 +28,9 @@ LDFLAGS    = -X github.com/prometheus/common/version.Version=$(VERSION) \
 
 all: build
 
-# GOTAGS=slim_sd builds shoal with only file, DNS, HTTP, Kubernetes and
-# Consul service discovery (see README, Configuration).
+# The default build has the Kubernetes, file, DNS, HTTP and Consul service
+# discoveries; GOTAGS=full_sd builds shoal with every one Prometheus has
+# (see docs/configuration.md).
 GOTAGS    ?=
 
 build:
@@ -68,8 +69,9 @@ K8S_UNIT_PKGS = $(shell grep -rl --include='*_test.go' '^func TestKubernetes' . 
 
 test-unit:
 	$(RACE) -count=1 -timeout 30m -skip '$(K8S_TESTS)' $(PKGS_UNIT)
-	$(RACE) -count=1 -timeout 10m -tags slim_sd ./cmd/shoal/
-	$(GO) test -count=1 -timeout 10m -skip '$(K8S_TESTS)' ./cmd/shoal/ ./monitors/ $(PKGS_CHART)
+	$(RACE) -count=1 -timeout 10m ./cmd/shoal/
+	$(GO) test -count=1 -timeout 10m -skip '$(K8S_TESTS)' ./monitors/ $(PKGS_CHART)
+	$(GO) test -count=1 -timeout 10m -tags full_sd ./cmd/shoal/ ./internal/sdbuild/
 
 test-e2e:
 	$(GO) test -count=1 -timeout 40m -v -skip '$(K8S_TESTS)' ./e2e/
@@ -102,7 +104,7 @@ lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go') 2>/dev/null); \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed on:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
-	$(GO) vet -tags slim_sd ./cmd/shoal
+	$(GO) vet -tags full_sd ./cmd/shoal ./internal/sdbuild
 	$(GO) run ./charts/internal/chartdocs -check
 	$(MAKE) --no-print-directory lint-chart
 
@@ -161,7 +163,8 @@ docs:
 	$(GO) test -count=1 -run '^Test(Flags|Metrics)ReferenceIsCurrent$$' ./cmd/shoal -update-docs
 
 # The container image, without a container engine (cmd/shoal-image,
-# internal/ociimage): an OCI image layout in IMAGE_DIR tagged VERSION,
+# internal/ociimage): an OCI image layout in IMAGE_DIR tagged VERSION
+# (VERSION-full when GOTAGS has full_sd: every service discovery),
 # linux/amd64 and linux/arm64, non-root, with the CA bundle; reproducible
 # (every time at SOURCE_DATE_EPOCH, the last commit's); SPDX SBOMs in
 # build/sbom and attached in the layout. Pushing it: docs/development.md.
@@ -169,9 +172,10 @@ IMAGE_DIR         ?= build/image
 IMAGE_PLATFORMS   ?= linux/amd64,linux/arm64
 CA_BUNDLE         ?= /etc/ssl/certs/ca-certificates.crt
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+IMAGE_TAG         ?= $(VERSION)$(if $(findstring full_sd,$(GOTAGS)),-full)
 image:
 	$(GO) run ./cmd/shoal-image -out $(IMAGE_DIR) -sbom-dir build/sbom -platforms $(IMAGE_PLATFORMS) \
-		-ca-bundle $(CA_BUNDLE) -version $(VERSION) -revision $(REVISION) -tags '$(GOTAGS)' \
+		-ca-bundle $(CA_BUNDLE) -version $(VERSION) -revision $(REVISION) -tag $(IMAGE_TAG) -tags '$(GOTAGS)' \
 		-source-date-epoch $(SOURCE_DATE_EPOCH)
 
 # A local 3-replica cluster with 30 demo targets and a local receiver; Ctrl-C stops it.

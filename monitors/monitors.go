@@ -43,10 +43,10 @@ import (
 	"go.yaml.in/yaml/v2"
 	corev1 "k8s.io/api/core/v1"
 
-	// Monitors discover their targets through Kubernetes; without this the
-	// generated kubernetes_sd_configs would not parse. Other mechanisms a
-	// ScrapeConfig object names must be registered by the program.
-	_ "github.com/prometheus/prometheus/discovery/kubernetes"
+	// The build's discoveries: monitors discover their targets through
+	// Kubernetes, a ScrapeConfig object through any mechanism it names,
+	// and the generated configuration parses only with it registered.
+	"github.com/shoal-dev/shoal/internal/sdbuild"
 )
 
 // Kinds of monitor objects, as the operator names them.
@@ -276,7 +276,7 @@ func parseJobs(src Source, jobs []yaml.MapSlice, global config.GlobalConfig) ([]
 		}
 		sc := &config.ScrapeConfig{}
 		if err := yaml.UnmarshalStrict(b, sc); err != nil {
-			return nil, &Error{Source: src, Err: fmt.Errorf("generated scrape config %q is invalid: %w", jobName(j), err)}
+			return nil, &Error{Source: src, Err: fmt.Errorf("generated scrape config %q is invalid: %w", jobName(j), sdbuild.Explain(err))}
 		}
 		// Validate fills in defaults, so it runs on a copy: Config stays
 		// what the file form would parse to. It only assigns top-level

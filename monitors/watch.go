@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/shoal-dev/shoal/internal/promreg"
+	"github.com/shoal-dev/shoal/internal/sdbuild"
 )
 
 // WatchOptions configure a Watcher. The zero value is the default.
@@ -442,7 +443,7 @@ func Merge(cfg *config.Config, r *Result, kubeconfig string) error {
 		}
 		sc := &config.ScrapeConfig{}
 		if err := yaml.UnmarshalStrict(j.YAML, sc); err != nil {
-			return fmt.Errorf("job %q from %s: %w", j.Config.JobName, j.Source, err)
+			return fmt.Errorf("job %q from %s: %w", j.Config.JobName, j.Source, sdbuild.Explain(err))
 		}
 		if kubeconfig != "" {
 			for _, d := range sc.ServiceDiscoveryConfigs {

@@ -44,7 +44,7 @@ func run() error {
 	flag.StringVar(&o.Version, "version", "dev", "version stamped into the binary, the labels and the tag")
 	flag.StringVar(&o.Revision, "revision", "unknown", "source revision stamped into the binary and the labels")
 	flag.StringVar(&o.Tag, "tag", "", "org.opencontainers.image.ref.name of the index in the layout (default: -version)")
-	flag.StringVar(&o.BuildTags, "tags", "", "go build tags (slim_sd: fewer service discoveries)")
+	flag.StringVar(&o.BuildTags, "tags", "", "go build tags (full_sd: every service discovery Prometheus has; without it the Kubernetes, file, DNS, HTTP and Consul ones)")
 	flag.StringVar(&epoch, "source-date-epoch", os.Getenv("SOURCE_DATE_EPOCH"), "Unix seconds for every timestamp (default $SOURCE_DATE_EPOCH, else 0)")
 	flag.StringVar(&o.ModuleDir, "module-dir", ".", "module root to build in")
 	flag.Parse()

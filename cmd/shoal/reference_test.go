@@ -1,7 +1,7 @@
-//go:build !slim_sd
+//go:build !full_sd
 
-// The references describe the default build (every service discovery): a
-// slim_sd build registers fewer discovery metrics.
+// The references describe the default build: the full_sd build registers
+// the metrics of more discoveries.
 
 package main
 
@@ -147,7 +147,9 @@ func TestMetricsReferenceIsCurrent(t *testing.T) {
 	b.WriteString("Every metric a clustered `shoal` with one scrape job, one `remote_write` and a capacity registers, generated\n")
 	b.WriteString("from its registry by `make docs` (a test fails when this file and the binary disagree). The type\n")
 	b.WriteString("is left empty for a vector that had no series yet when the reference was taken. The Go runtime's\n")
-	b.WriteString("`go_*` and the process' `process_*` metrics are the standard ones and not listed.\n")
+	b.WriteString("`go_*` and the process' `process_*` metrics are the standard ones and not listed. It is the\n")
+	b.WriteString("default build's; the full build (`-full` image) adds the metrics of the discoveries only it has\n")
+	b.WriteString("(`prometheus_sd_azure_*`, `prometheus_sd_kuma_*`, `prometheus_sd_linode_*`, `prometheus_sd_nomad_*`).\n")
 	for _, group := range metricGroups {
 		var rows []metricDesc
 		for _, d := range descs {

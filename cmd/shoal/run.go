@@ -37,6 +37,7 @@ import (
 	"github.com/shoal-dev/shoal/discoveryerr"
 	"github.com/shoal-dev/shoal/handover"
 	"github.com/shoal-dev/shoal/internal/promreg"
+	"github.com/shoal-dev/shoal/internal/sdbuild"
 	"github.com/shoal-dev/shoal/monitors"
 	"github.com/shoal-dev/shoal/placement"
 	"github.com/shoal-dev/shoal/remotewrite"
@@ -704,7 +705,7 @@ func loadConfigWithOptions(filename string, logger *slog.Logger) (*config.Config
 	applyScrapeDefaults(cfg)
 	// scrape_config_files are read here, so that a broken one is caught now.
 	if _, err := cfg.GetScrapeConfigs(); err != nil {
-		return nil, nil, fmt.Errorf("loading scrape configs of --config.file=%q: %w", filename, redactYAMLValues(err))
+		return nil, nil, fmt.Errorf("loading scrape configs of --config.file=%q: %w", filename, redactYAMLValues(sdbuild.Explain(err)))
 	}
 	return cfg, remotewrite.OptionsByName(cfg, opts), nil
 }
@@ -722,7 +723,7 @@ func loadPrometheusConfig(filename string, logger *slog.Logger) (*config.Config,
 	}
 	cfg, err := config.Load(string(rest), logger)
 	if err != nil {
-		return nil, nil, fmt.Errorf("parsing YAML file %s: %w", filename, err)
+		return nil, nil, fmt.Errorf("parsing YAML file %s: %w", filename, sdbuild.Explain(err))
 	}
 	// What config.LoadFile refuses in agent mode.
 	switch {

@@ -1,0 +1,7 @@
+//go:build full_sd
+
+package sdbuild
+
+import _ "github.com/prometheus/prometheus/discovery/install"
+
+const full = true
