@@ -1273,3 +1273,18 @@ func TestMonitors(t *testing.T) {
 		t.Error("an empty namespace name was accepted")
 	}
 }
+
+// TestImageTagPicksTheFullImageForAllDiscoveries: the default image is
+// the appVersion; image.allDiscoveries picks the -full one; an explicit
+// tag wins over both.
+func TestImageTagPicksTheFullImageForAllDiscoveries(t *testing.T) {
+	for _, c := range []struct{ values, want string }{
+		{"", "ghcr.io/shoal-dev/shoal:0.1.0"},
+		{"image: {allDiscoveries: true}", "ghcr.io/shoal-dev/shoal:0.1.0-full"},
+		{"image: {allDiscoveries: true, tag: v9}", "ghcr.io/shoal-dev/shoal:v9"},
+	} {
+		if got := render(t, c.values, renderOpts{}).container().Image; got != c.want {
+			t.Errorf("values %q: image %q, want %q", c.values, got, c.want)
+		}
+	}
+}
