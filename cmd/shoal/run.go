@@ -102,7 +102,8 @@ func run(ctx context.Context, f *flags) error {
 // in; docs/reference/metrics.md is generated from it (TestMetricsReferenceIsCurrent).
 func runAgent(ctx context.Context, f *flags, reg *prometheus.Registry) error {
 	logger := promslog.New(&f.log)
-	logger.Info("Starting shoal", "version", version.Info(), "build_context", version.BuildContext())
+	logger.Info("Starting shoal", "version", version.Info(), "build_context", version.BuildContext(),
+		"service_discoveries", sdbuild.Names())
 	applyMemoryLimit(f.autoMemLimit, f.autoMemLimitRatio, logger)
 
 	a := &agent{f: f, logger: logger, reg: reg, joined: joinStart{bound: f.handoffTimeout}}
