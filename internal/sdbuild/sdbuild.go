@@ -23,9 +23,6 @@ import (
 	"strings"
 )
 
-// Full reports whether this is the full build (every discovery).
-func Full() bool { return full }
-
 // Names are the discoveries of this build, by the prefix of their
 // <name>_sd_configs field, sorted.
 func Names() []string {

@@ -1,9 +1,7 @@
 package sdbuild
 
 import (
-	"errors"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/prometheus/prometheus/config"
@@ -34,25 +32,6 @@ func TestThisBuildRegistersEveryDiscoveryItNames(t *testing.T) {
 		if err := decode(n + "_sd_configs: []\n"); err != nil {
 			t.Errorf("%s_sd_configs: %v", n, err)
 		}
-	}
-}
-
-func TestExplainNamesTheLeftOutDiscoveryAndWhereItIs(t *testing.T) {
-	if Full() {
-		t.Skip("the full build leaves nothing out")
-	}
-	err := decode("ec2_sd_configs: [{region: eu-west-1}]\nazure_sd_configs: [{subscription_id: x}]\n")
-	if err == nil {
-		t.Fatal("the default build accepted ec2_sd_configs")
-	}
-	got := Explain(err)
-	for _, want := range []string{"ec2_sd_configs, azure_sd_configs: not in this build", "kubernetes_sd_configs", "-full", "-tags full_sd"} {
-		if !strings.Contains(got.Error(), want) {
-			t.Errorf("explained error %q lacks %q", got, want)
-		}
-	}
-	if !errors.Is(got, err) {
-		t.Error("the explanation does not wrap the decoder's error")
 	}
 }
 
