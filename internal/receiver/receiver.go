@@ -217,10 +217,53 @@ func (s Stats) Rejected() uint64 { return s.OutOfOrder + s.TooOld + s.Duplicate 
 // Stats returns the ingestion counters. Samples more than ten minutes in
 // the future are refused by the write handler before they reach storage;
 // they show up only as 400 responses.
+//
+// Stats may be read while writes go on: a commit counts in the TSDB head
+// before it counts in Accepted, so Accepted is read before the head's
+// counters, and the read is repeated until no commit ended between the
+// two. A commit still in flight then shows in Stored only and can hide a
+// drop for one read, but never counts as one.
 func (r *Receiver) Stats() Stats {
-	// Stats is meant to be read once writes have settled; while a commit is
-	// in flight the head may have counted it and our wrapper not yet (or the
-	// reverse), which the clamping below absorbs.
+	var s Stats
+	for range 10 {
+		before := r.counts.accepted.Load()
+		s = r.readStats(before)
+		if r.counts.accepted.Load() == before {
+			break
+		}
+	}
+	return s
+}
+
+// readStats reads the head's counters and derives Stats with accepted as
+// the number of committed samples.
+func (r *Receiver) readStats(accepted uint64) Stats {
+	c := r.counts
+	appendOOO, appendOld := c.outOfOrder.Load(), c.outOfBounds.Load()+c.tooOld.Load()
+	s := Stats{
+		Accepted:   accepted,
+		Histograms: c.histograms.Load(),
+		Duplicate:  c.duplicate.Load(),
+		Invalid:    c.invalid.Load(),
+		RolledBack: c.rolledBack.Load(),
+	}
+	heads := r.headCounters()
+	s.Series = r.db.Head().NumSeries()
+	s.Stored = uint64(heads["prometheus_tsdb_head_samples_appended_total"])
+	// The head counts rejections both while appending and at commit; ours
+	// only while appending. The difference is what commit refused.
+	s.OutOfOrder = max(appendOOO, uint64(heads["prometheus_tsdb_out_of_order_samples_total"]))
+	s.TooOld = max(appendOld, uint64(heads["prometheus_tsdb_out_of_bound_samples_total"]+heads["prometheus_tsdb_too_old_samples_total"]))
+
+	accounted := s.Stored + (s.OutOfOrder - appendOOO) + (s.TooOld - appendOld)
+	if s.Accepted > accounted {
+		s.Dropped = s.Accepted - accounted
+	}
+	return s
+}
+
+// headCounters sums the TSDB head's sample counters Stats derives from.
+func (r *Receiver) headCounters() map[string]float64 {
 	mfs, err := r.reg.Gather()
 	if err != nil {
 		r.logger.Warn("Gathering TSDB metrics for stats", "err", err)
@@ -237,26 +280,5 @@ func (r *Receiver) Stats() Stats {
 			}
 		}
 	}
-
-	c := r.counts
-	s := Stats{
-		Series:     r.db.Head().NumSeries(),
-		Accepted:   c.accepted.Load(),
-		Histograms: c.histograms.Load(),
-		Duplicate:  c.duplicate.Load(),
-		Invalid:    c.invalid.Load(),
-		RolledBack: c.rolledBack.Load(),
-		Stored:     uint64(sums["prometheus_tsdb_head_samples_appended_total"]),
-	}
-	appendOOO, appendOld := c.outOfOrder.Load(), c.outOfBounds.Load()+c.tooOld.Load()
-	// The head counts rejections both while appending and at commit; ours
-	// only while appending. The difference is what commit refused.
-	s.OutOfOrder = max(appendOOO, uint64(sums["prometheus_tsdb_out_of_order_samples_total"]))
-	s.TooOld = max(appendOld, uint64(sums["prometheus_tsdb_out_of_bound_samples_total"]+sums["prometheus_tsdb_too_old_samples_total"]))
-
-	accounted := s.Stored + (s.OutOfOrder - appendOOO) + (s.TooOld - appendOld)
-	if s.Accepted > accounted {
-		s.Dropped = s.Accepted - accounted
-	}
-	return s
+	return sums
 }

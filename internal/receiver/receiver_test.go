@@ -665,3 +665,51 @@ func BenchmarkRemoteWrite(b *testing.B) {
 		})
 	}
 }
+
+// TestStatsWhileWritingShowsNoDrops reads Stats while writers commit new,
+// distinct samples: nothing is a duplicate, so no read may count a drop,
+// whatever commit lands between the counters it reads.
+func TestStatsWhileWritingShowsNoDrops(t *testing.T) {
+	r, srv := openTest(t)
+	t0 := base()
+	const writers, requests, seriesPer = 4, 200, 20
+	var wg sync.WaitGroup
+	done := make(chan struct{})
+	for w := range writers {
+		wg.Go(func() {
+			s := newSender(t, srv.URL, false)
+			for i := range requests {
+				var ss []series
+				for k := range seriesPer {
+					ss = append(ss, series{
+						ls:     labels.FromStrings("__name__", "load", "writer", fmt.Sprint(w), "k", fmt.Sprint(k)),
+						floats: []Sample{{T: t0 + int64(i)*100, V: float64(i)}},
+					})
+				}
+				if _, err := s.send(ss...); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	go func() { wg.Wait(); close(done) }()
+	reads, bad := 0, Stats{}
+	for waiting := true; waiting; reads++ {
+		select {
+		case <-done:
+			waiting = false
+		default:
+		}
+		if st := r.Stats(); st.Dropped != 0 && bad.Dropped == 0 {
+			bad = st
+		}
+	}
+	if bad.Dropped != 0 {
+		t.Errorf("a read while writing counted %d drops of distinct samples: %+v", bad.Dropped, bad)
+	}
+	if st := r.Stats(); st.Dropped != 0 || st.Accepted != writers*requests*seriesPer {
+		t.Errorf("after the writes: %+v", st)
+	}
+	t.Logf("%d reads while writing", reads)
+}
