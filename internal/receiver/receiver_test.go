@@ -520,34 +520,36 @@ func TestReopenKeepsData(t *testing.T) {
 	equalSamples(t, "after reopen", got[l.String()], floats(t0, 5, 1000, 1))
 }
 
+// writeDistinct sends requests of one new sample for each of seriesPer
+// series of writer w, step ms apart from t0; it reports a failed send as a
+// test error and stops.
+func writeDistinct(t *testing.T, s *sender, w, requests, seriesPer int, t0, step int64) {
+	for i := range requests {
+		var ss []series
+		for k := range seriesPer {
+			ss = append(ss, series{
+				ls:     labels.FromStrings("__name__", "load", "writer", fmt.Sprint(w), "k", fmt.Sprint(k)),
+				floats: []Sample{{T: t0 + int64(i)*step, V: float64(i)}},
+			})
+		}
+		if _, err := s.send(ss...); err != nil {
+			t.Error(err)
+			return
+		}
+	}
+}
+
 func TestConcurrentWriters(t *testing.T) {
 	r, srv := openTest(t)
 	t0 := base()
 	const writers, requests, seriesPer = 4, 20, 50
 	var wg sync.WaitGroup
-	errs := make(chan error, writers)
 	for w := range writers {
-		wg.Go(func() {
-			s := newSender(t, srv.URL, w%2 == 1)
-			for i := range requests {
-				var ss []series
-				for k := range seriesPer {
-					ss = append(ss, series{
-						ls:     labels.FromStrings("__name__", "load", "writer", fmt.Sprint(w), "k", fmt.Sprint(k)),
-						floats: []Sample{{T: t0 + int64(i)*1000, V: float64(i)}},
-					})
-				}
-				if _, err := s.send(ss...); err != nil {
-					errs <- err
-					return
-				}
-			}
-		})
+		wg.Go(func() { writeDistinct(t, newSender(t, srv.URL, w%2 == 1), w, requests, seriesPer, t0, 1000) })
 	}
 	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
+	if t.Failed() {
+		t.FailNow()
 	}
 	const total = writers * requests * seriesPer
 	if st := r.Stats(); st.Accepted != total || st.Stored != total || st.Rejected() != 0 || st.Series != writers*seriesPer {
@@ -676,22 +678,7 @@ func TestStatsWhileWritingShowsNoDrops(t *testing.T) {
 	var wg sync.WaitGroup
 	done := make(chan struct{})
 	for w := range writers {
-		wg.Go(func() {
-			s := newSender(t, srv.URL, false)
-			for i := range requests {
-				var ss []series
-				for k := range seriesPer {
-					ss = append(ss, series{
-						ls:     labels.FromStrings("__name__", "load", "writer", fmt.Sprint(w), "k", fmt.Sprint(k)),
-						floats: []Sample{{T: t0 + int64(i)*100, V: float64(i)}},
-					})
-				}
-				if _, err := s.send(ss...); err != nil {
-					t.Error(err)
-					return
-				}
-			}
-		})
+		wg.Go(func() { writeDistinct(t, newSender(t, srv.URL, false), w, requests, seriesPer, t0, 100) })
 	}
 	go func() { wg.Wait(); close(done) }()
 	reads, bad := 0, Stats{}
