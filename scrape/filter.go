@@ -286,6 +286,10 @@ type jobState struct {
 	next    []*targetgroup.Group
 	hasNext bool
 	dirty   bool // entries must be recomputed (new groups or config)
+	// reported is whether an update with groups came; emptySince is when
+	// the first update without any came before that (see Waiting).
+	reported   bool
+	emptySince time.Time
 }
 
 // entry is one discovered target, in group order.
@@ -582,6 +586,12 @@ func (f *Filter) merge(update map[string][]*targetgroup.Group) {
 		}
 		js.next, js.hasNext = groups, true
 		js.dirty = true
+		switch {
+		case len(groups) > 0:
+			js.reported = true
+		case !js.reported && js.emptySince.IsZero():
+			js.emptySince = time.Now()
+		}
 	}
 }
 
@@ -896,18 +906,29 @@ func (f *Filter) OwnedCount(node string) int {
 	return f.OwnedCounts()[node]
 }
 
+// DiscoverySettle is how long a job whose discovery updates have held no
+// target group counts as not discovered yet. Prometheus' discovery manager
+// sends an empty list for a job whose discoverers have not reported, at
+// once on start, and the real targets in a later update, seconds later on
+// a busy machine; a job that has no targets at all looks the same, so the
+// empty list is believed after this long. It is the manager's longest
+// pause between two updates.
+const DiscoverySettle = 5 * time.Second
+
 // Waiting returns how many targets this node owns but holds back until
 // their previous owners have handed them off, and whether the last
 // re-filter placed the discovered targets on a ring with this node as a
-// participant: before that, none can wait yet. Discovered means a
-// discovery update has arrived and none waits to be placed (Prometheus'
-// discovery manager sends its first one up to seconds after start).
+// participant: before that, none can wait yet. Discovered means every
+// job's discovery update has been placed and held target groups, or held
+// none for DiscoverySettle.
 func (f *Filter) Waiting() (waiting int, placed bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	discovered := len(f.jobs) > 0 || len(f.cfgs) == 0
+	now := time.Now()
 	for _, js := range f.jobs {
-		discovered = discovered && !js.hasNext
+		settled := js.reported || !js.emptySince.IsZero() && now.Sub(js.emptySince) >= DiscoverySettle
+		discovered = discovered && !js.hasNext && settled
 	}
 	return len(f.waiting), f.applied.ring != nil && f.applied.participant && discovered
 }

@@ -339,6 +339,9 @@ func (f *Filter) publish(p *pass) {
 		maps.Copy(keys, p.rescraped)
 		f.disableStaleness(mgr, keys)
 	}
+	f.logger.Debug("Placed the discovered targets", "owned", len(p.owned), "waiting_for_handoff", len(p.waiting),
+		"started", len(p.activated), "discovered", len(p.known), "ring_nodes", ringLen(p.cur.ring),
+		"participant", p.cur.participant, "ring_changed", p.ringChanged)
 	f.metrics.movedIn.Add(float64(p.movedIn))
 	f.metrics.movedOut.Add(float64(len(p.handoff)))
 	if p.movedIn > 0 || len(p.handoff) > 0 {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"log/slog"
 	"sync"
 	"time"
 )
@@ -19,7 +20,8 @@ import (
 // at most, but a ring that keeps changing can keep some target waiting at
 // every ask.
 type joinStart struct {
-	bound time.Duration
+	bound  time.Duration
+	logger *slog.Logger // nil: no log line when it latches
 
 	mu    sync.Mutex
 	since time.Time // when first asked; zero before
@@ -52,5 +54,9 @@ func (j *joinStart) started(s startState) bool {
 		j.since = now
 	}
 	j.done = s.steppedAside || s.placed && s.waiting == 0 || now.Sub(j.since) >= j.bound
+	if j.done && j.logger != nil {
+		j.logger.Info("Ready: the targets gained on joining have started", "waiting", s.waiting, "placed", s.placed,
+			"stepped_aside", s.steppedAside, "asked_for", now.Sub(j.since))
+	}
 	return j.done
 }

@@ -106,7 +106,7 @@ func runAgent(ctx context.Context, f *flags, reg *prometheus.Registry) error {
 		"service_discoveries", sdbuild.Names())
 	applyMemoryLimit(f.autoMemLimit, f.autoMemLimitRatio, logger)
 
-	a := &agent{f: f, logger: logger, reg: reg, joined: joinStart{bound: f.handoffTimeout}}
+	a := &agent{f: f, logger: logger, reg: reg, joined: joinStart{bound: f.handoffTimeout, logger: logger}}
 	routeClientGoLogs(logger, &a.targetDiscErrs)
 	a.reloadSuccess = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "shoal_config_last_reload_successful", Help: "Whether the last configuration reload succeeded.",
