@@ -7,7 +7,9 @@
 #   VMAGENT_VERSION     VictoriaMetrics release (default v1.151.0)
 #
 # Each peer is built in its own throw-away module so that our go.mod is never
-# touched. A binary that already exists for the requested version is reused.
+# touched, and outside any Go workspace (GOWORK=off): a go.work in a parent
+# directory of the cache would otherwise build the peer from the workspace's
+# modules. A binary that already exists for the requested version is reused.
 # A peer that fails to build is reported (with the build log path) and the
 # script goes on: the harness then lists that peer as missing.
 set -u
@@ -16,6 +18,7 @@ CACHE="${SHOAL_BENCH_CACHE:-$HOME/.cache/shoal-bench}"
 PROM_VER="${PROMETHEUS_VERSION:-$(awk '$1=="github.com/prometheus/prometheus"{print $2; exit}' go.mod)}"
 VM_VER="${VMAGENT_VERSION:-v1.151.0}"
 mkdir -p "$CACHE"
+export GOWORK=off
 status=0
 
 build() { # name version dir module pkg
