@@ -9,6 +9,7 @@ package scale
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -36,6 +37,10 @@ type Options struct {
 	// Extra is how many replicas the scale-out adds (and the scale-in
 	// removes again). Default Replicas/5.
 	Extra int
+	// Parallel scales out and in with all Extra replicas at once, as a
+	// StatefulSet with podManagementPolicy Parallel (the chart's default)
+	// does; false, one at a time, as OrderedReady does.
+	Parallel bool
 	// Kill is how many replicas are SIGKILLed at once. Default Replicas/10.
 	Kill int
 	// Targets is the number of targets. Default 5000.
@@ -579,32 +584,63 @@ func (r *run) rolling(ctx context.Context) {
 	r.end(ctx, p, err)
 }
 
-// scale adds Extra replicas one at a time, then removes them again,
-// highest first, as a StatefulSet scales.
+// scale adds Extra replicas, then removes them again: one at a time,
+// highest first on the way down, as a StatefulSet scales with
+// OrderedReady, or all at once with Options.Parallel.
 func (r *run) scale(ctx context.Context) {
 	n, m := r.o.Replicas, r.o.Replicas+r.o.Extra
+	how := ""
+	if r.o.Parallel {
+		how = " at once"
+	}
 	out := &r.res.ScaleOut
-	out.Name = fmt.Sprintf("scale %d → %d", n, m)
+	out.Name = fmt.Sprintf("scale %d → %d%s", n, m, how)
 	r.logf("%s", out.Name)
 	r.begin(ctx)
-	var err error
-	for i := n; i < m && err == nil; i++ {
-		if err = r.c.start(i, m); err == nil {
-			_, err = r.c.waitReady(ctx, r.c.slot(i), 3*time.Minute)
-		}
-	}
+	err := r.scaleOut(ctx, n, m)
 	r.end(ctx, out, err)
 	if err != nil {
 		return
 	}
 	in := &r.res.ScaleIn
-	in.Name = fmt.Sprintf("scale %d → %d", m, n)
+	in.Name = fmt.Sprintf("scale %d → %d%s", m, n, how)
 	r.logf("%s", in.Name)
 	r.begin(ctx)
-	for i := m - 1; i >= n && err == nil; i-- {
-		err = r.c.stop(ctx, r.c.slot(i), syscall.SIGTERM, 2*time.Minute)
+	r.end(ctx, in, r.scaleIn(ctx, n, m))
+}
+
+func (r *run) scaleOut(ctx context.Context, n, m int) error {
+	if r.o.Parallel {
+		_, err := r.startAll(ctx, n, m, m)
+		return err
 	}
-	r.end(ctx, in, err)
+	for i := n; i < m; i++ {
+		if err := r.c.start(i, m); err != nil {
+			return err
+		}
+		if _, err := r.c.waitReady(ctx, r.c.slot(i), 3*time.Minute); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *run) scaleIn(ctx context.Context, n, m int) error {
+	if !r.o.Parallel {
+		for i := m - 1; i >= n; i-- {
+			if err := r.c.stop(ctx, r.c.slot(i), syscall.SIGTERM, 2*time.Minute); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	errs := make([]error, m-n)
+	var wg sync.WaitGroup
+	for i := n; i < m; i++ {
+		wg.Go(func() { errs[i-n] = r.c.stop(ctx, r.c.slot(i), syscall.SIGTERM, 2*time.Minute) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // crash SIGKILLs Kill replicas at once, waits until every target is

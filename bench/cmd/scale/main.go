@@ -63,6 +63,7 @@ func run() int {
 	flag.IntVar(&o.Replicas, "replicas", 50, "cluster size")
 	flag.IntVar(&o.Extra, "extra", 10, "replicas the scale-out adds and the scale-in removes")
 	flag.IntVar(&o.Kill, "kill", 5, "replicas SIGKILLed at once")
+	flag.BoolVar(&o.Parallel, "parallel", false, "scale out and in with all the extra replicas at once (podManagementPolicy: Parallel); default one at a time")
 	flag.IntVar(&o.Targets, "targets", 5000, "targets")
 	flag.IntVar(&o.Series, "series", 10, "series per target")
 	flag.DurationVar(&o.Interval, "interval", 10*time.Second, "scrape interval")
