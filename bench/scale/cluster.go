@@ -258,11 +258,19 @@ func (c *cluster) runningReplicas() []*replica {
 
 // stopAll stops every process, all at once.
 func (c *cluster) stopAll() {
+	_ = c.stopTogether(context.Background(), c.runningReplicas(), syscall.SIGTERM, 30*time.Second)
+}
+
+// stopTogether stops reps all at once (stop, concurrently) and returns
+// their errors joined.
+func (c *cluster) stopTogether(ctx context.Context, reps []*replica, sig syscall.Signal, grace time.Duration) error {
+	errs := make([]error, len(reps))
 	var wg sync.WaitGroup
-	for _, r := range c.runningReplicas() {
-		wg.Go(func() { _ = c.stop(context.Background(), r, syscall.SIGTERM, 30*time.Second) })
+	for i, r := range reps {
+		wg.Go(func() { errs[i] = c.stop(ctx, r, sig, grace) })
 	}
 	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // usage is one process's cost: CPU so far, RSS, goroutines.

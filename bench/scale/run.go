@@ -9,7 +9,6 @@ package scale
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -634,13 +633,11 @@ func (r *run) scaleIn(ctx context.Context, n, m int) error {
 		}
 		return nil
 	}
-	errs := make([]error, m-n)
-	var wg sync.WaitGroup
+	var leavers []*replica
 	for i := n; i < m; i++ {
-		wg.Go(func() { errs[i-n] = r.c.stop(ctx, r.c.slot(i), syscall.SIGTERM, 2*time.Minute) })
+		leavers = append(leavers, r.c.slot(i))
 	}
-	wg.Wait()
-	return errors.Join(errs...)
+	return r.c.stopTogether(ctx, leavers, syscall.SIGTERM, 2*time.Minute)
 }
 
 // crash SIGKILLs Kill replicas at once, waits until every target is
